@@ -1,0 +1,5 @@
+import sys
+
+from rubin.cli import main
+
+sys.exit(main())

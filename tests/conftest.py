@@ -1,0 +1,42 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; run scripts/gpu-check.sh on a GPU machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_env():
+    """Fail a test that leaks environment variables (a real source of cross-test flakiness)."""
+    before = dict(os.environ)
+    yield
+    after = dict(os.environ)
+    leaked = {k for k in after.keys() ^ before.keys()} | {k for k in after if k in before and after[k] != before[k]}
+    leaked = {k for k in leaked if not k.startswith(("PYTEST_", "COV_"))}
+    for k in leaked:
+        if k in before:
+            os.environ[k] = before[k]
+        else:
+            os.environ.pop(k, None)
+    assert not leaked, f"test leaked environment variables: {sorted(leaked)}"
