@@ -133,3 +133,113 @@ def empty_cache(device) -> None:
         import torch
 
         torch.cuda.empty_cache()
+
+
+# -- benchmark support (rubin.bench): memory facts, device timers, pinned buffers, power ----------
+
+
+def total_memory_bytes(device) -> int | None:
+    """Total memory the device reports (CUDA only; ``None`` on CPU)."""
+    if getattr(device, "type", None) == "cuda":
+        import torch
+
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return None
+
+
+def l2_cache_bytes(device) -> int | None:
+    """L2 size in bytes on CUDA (to size the cache flush between timed kernels); ``None`` elsewhere."""
+    if getattr(device, "type", None) == "cuda":
+        import torch
+
+        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or None
+    return None
+
+
+class _WallTimer:
+    """Host timer; the CPU path of ``timer``."""
+
+    def __init__(self):
+        import time
+
+        self._clock = time.perf_counter
+        self._t0 = self._t1 = 0.0
+
+    def start(self) -> None:
+        self._t0 = self._clock()
+
+    def stop(self) -> None:
+        self._t1 = self._clock()
+
+    def elapsed_s(self) -> float:
+        return self._t1 - self._t0
+
+
+class _CudaEventTimer:
+    """CUDA events around the work: device time, no host sync between start and stop."""
+
+    def __init__(self, device):
+        import torch
+
+        self._device = device
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def start(self) -> None:
+        self._start.record()
+
+    def stop(self) -> None:
+        self._end.record()
+
+    def elapsed_s(self) -> float:
+        self._end.synchronize()
+        return self._start.elapsed_time(self._end) / 1000.0
+
+
+def timer(device):
+    """A timer with ``start()``, ``stop()`` and ``elapsed_s()``: CUDA events on GPU, perf_counter on CPU."""
+    if getattr(device, "type", None) == "cuda":
+        return _CudaEventTimer(device)
+    return _WallTimer()
+
+
+def host_buffer(nbytes: int, *, pinned: bool):
+    """A uint8 host tensor; page-locked when ``pinned`` (needs CUDA), pageable otherwise."""
+    import torch
+
+    return torch.empty(int(nbytes), dtype=torch.uint8, pin_memory=bool(pinned) and torch.cuda.is_available())
+
+
+def fp8_matmul_supported(device) -> bool:
+    """``torch._scaled_mm`` with float8_e4m3fn needs CUDA compute capability 8.9 or newer."""
+    import torch
+
+    if getattr(device, "type", None) != "cuda" or not hasattr(torch, "_scaled_mm"):
+        return False
+    if not hasattr(torch, "float8_e4m3fn"):
+        return False
+    return tuple(torch.cuda.get_device_capability(device)) >= (8, 9)
+
+
+def set_tf32(enabled: bool) -> bool:
+    """Allow or forbid TF32 in matmuls; returns the previous setting (so callers can restore it)."""
+    import torch
+
+    previous = bool(torch.backends.cuda.matmul.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = bool(enabled)
+    return previous
+
+
+def power_watts(index: int = 0) -> float | None:
+    """Board power draw of GPU ``index`` from NVML, in watts; ``None`` without NVML or a GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(int(index))
+            return pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML, no GPU, no permission: power is simply unknown
+        return None

@@ -1,0 +1,42 @@
+"""``rubin train [CONFIG] [--set k=v ...]``: the production training loop."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?", help="YAML config (default: the ViT-on-digits demo)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set optim.lr=1e-3 (repeatable)")
+    p.add_argument("--no-resume", action="store_true", help="do not resume from the run dir's newest checkpoint")
+    p.add_argument("--force", action="store_true", help="accept a different config in an existing run dir: the old run is moved aside")
+    p.add_argument("--quiet", action="store_true", help="no progress output (the run dir is written as usual)")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--help-config", action="store_true", help="list every config key with its default and meaning")
+    p.add_argument("--verify-checkpoints", action="store_true", help="verify the run dir's checkpoints and exit, without training")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
+
+
+def run(args) -> int:
+    from rubin.train.config import describe_fields, load_config
+
+    if args.help_config:
+        print(describe_fields())
+        return 0
+    cfg = load_config(args.config, args.overrides)
+    if args.print_config:
+        print(cfg.to_yaml(), end="")
+        return 0
+    if args.verify_checkpoints:
+        from rubin.cli.checkpoint import verify_dir
+
+        return verify_dir(str(cfg.run_dir), as_json=args.json)
+    from rubin.train.trainer import train
+
+    summary = train(cfg, force=args.force, resume=not args.no_resume, quiet=args.quiet or args.json)
+    if args.json:
+        import json
+
+        print(json.dumps(summary, indent=2))
+    return 0

@@ -1,0 +1,133 @@
+"""Model states per GPU (weights, gradients, optimizer state) for each data-parallel strategy.
+
+Paper mode follows Rajbhandari et al. 2019 (ZeRO), Fig. 1: with mixed-precision Adam the states
+are 2 B weights + 2 B gradients + K=12 B (fp32 master, m, v) per parameter, and stage s shards
+the last s of the three across the N data-parallel ranks. Conservative mode reproduces
+DeepSpeed's own estimators (``estimate_zero2_model_states_mem_needs`` and
+``estimate_zero3_model_states_mem_needs``): they also count 4 B of fp32 gradients per parameter
+at the optimizer step, and ZeRO-3 keeps a 16-bit parameter copy in its shard (18 B, not 16 B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rubin.errors import bad_value
+
+PRECISIONS = ("bf16-mixed", "fp16-mixed", "fp32", "bf16")
+OPTIMIZERS = ("adamw", "sgd-momentum", "sgd", "adam8bit")
+
+
+@dataclass(frozen=True)
+class BytesPerParam:
+    """Bytes per parameter of each model-state component, before sharding."""
+
+    weights: float  # the copy that forward/backward use
+    grads: float
+    optimizer: float  # K: fp32 master copy (mixed precision only) + optimizer moments
+
+
+def bytes_per_param(precision: str = "bf16-mixed", optimizer: str = "adamw") -> BytesPerParam:
+    if precision not in PRECISIONS:
+        raise bad_value("precision", precision, f"one of {', '.join(PRECISIONS)}", "use --precision bf16-mixed")
+    if optimizer not in OPTIMIZERS:
+        raise bad_value("optimizer", optimizer, f"one of {', '.join(OPTIMIZERS)}", "use --optimizer adamw")
+    mixed = precision.endswith("-mixed")
+    w = 4.0 if precision == "fp32" else 2.0
+    master = 4.0 if mixed else 0.0
+    # moments live in fp32 except in pure bf16 training, where they follow the weights
+    moment = 2.0 if precision == "bf16" else 4.0
+    moments = {
+        "adamw": 2 * moment,  # m and v
+        "sgd-momentum": moment,  # one momentum buffer
+        "sgd": 0.0,
+        # bitsandbytes 8-bit Adam: m and v quantized to 1 B each (block scales are < 1% more)
+        "adam8bit": 2.0,
+    }[optimizer]
+    return BytesPerParam(weights=w, grads=w, optimizer=master + moments)
+
+
+STRATEGY_LABELS = {
+    "ddp": "DDP",
+    "zero1": "ZeRO-1",
+    "zero2": "ZeRO-2",
+    "hybrid": "hybrid shard (ZeRO-3 in node)",
+    "fsdp": "FSDP full shard / ZeRO-3",
+    "fsdp+ac": "FSDP + full activation checkpointing",
+    "fsdp+ac+offload": "FSDP + checkpointing + CPU offload (slow)",
+}
+
+
+@dataclass(frozen=True)
+class States:
+    """Model-state bytes on one GPU, by component."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    gathered: float  # ZeRO-3: the largest layer's unsharded weights and gradients while in use
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.gathered
+
+    def as_dict(self) -> dict:
+        return {
+            "weights_bytes": self.weights,
+            "grads_bytes": self.grads,
+            "optimizer_bytes": self.optimizer,
+            "gathered_layer_bytes": self.gathered,
+        }
+
+
+def model_states(
+    strategy: str,
+    params: float,
+    gpus: int,
+    *,
+    gpus_per_node: int | None = None,
+    largest_layer: float = 0.0,
+    bpp: BytesPerParam | None = None,
+    conservative: bool = False,
+) -> States:
+    """Bytes of model states per GPU for ``strategy`` with P=params over N=gpus ranks.
+
+    ZeRO-1 ``(w+g)P + K P/N``, ZeRO-2 ``wP + (g+K)P/N``, ZeRO-3 ``(w+g+K)P/N + (w+g)L``;
+    hybrid shard is ZeRO-3 over the GPUs of one node; offload keeps only the gathered layer.
+    """
+    b = bpp or bytes_per_param()
+    n = gpus
+    node = gpus_per_node or gpus
+    w, g, k = b.weights * params, b.grads * params, b.optimizer * params
+    # DeepSpeed keeps fp32 gradients (4 B) for the step, sharded like the optimizer state
+    fp32_grads = 4.0 * params if conservative else 0.0
+    gathered = (b.weights + b.grads) * largest_layer
+    if strategy == "ddp":
+        return States(w, g + fp32_grads, k, 0.0)
+    if strategy == "zero1":
+        if conservative:  # DeepSpeed estimates stage 1 with its stage-2 formula
+            return States(w, g + fp32_grads / n, k / n, 0.0)
+        return States(w, g, k / n, 0.0)
+    if strategy == "zero2":
+        if conservative:
+            return States(w, g + fp32_grads / n, k / n, 0.0)
+        return States(w, g / n, k / n, 0.0)
+    if strategy in ("fsdp", "fsdp+ac", "hybrid"):
+        shards = node if strategy == "hybrid" else n
+        if conservative:
+            # DeepSpeed's 18P/N: the 16-bit parameter shard + fp32 gradients + fp32 master, m, v
+            return States(w / shards, fp32_grads / shards, k / shards, gathered)
+        return States(w / shards, g / shards, k / shards, gathered)
+    if strategy == "fsdp+ac+offload":
+        # parameters, gradients and optimizer state live on the CPU; the GPU holds the layer in use
+        return States(0.0, 0.0, 0.0, gathered)
+    raise bad_value("strategy", strategy, f"one of {', '.join(STRATEGY_LABELS)}")
+
+
+def host_bytes_per_node(params: float, gpus: int, gpus_per_node: int, bpp: BytesPerParam) -> float:
+    """CPU memory per node that offloading needs: the node's shards of all states.
+
+    DeepSpeed adds a 1.5x buffer factor to its CPU estimates; we do the same.
+    """
+    total = (bpp.weights + bpp.grads + bpp.optimizer) * params
+    return 1.5 * total * gpus_per_node / gpus

@@ -1,0 +1,1 @@
+"""The production training loop: config, strategies, precision, data, checkpoints, telemetry, faults."""

@@ -1,0 +1,255 @@
+"""Config as code: typed, strict pydantic models. Field descriptions are the help text.
+
+A config is a YAML file plus repeated ``--set section.key=value`` overrides. Unknown keys are
+rejected with a did-you-mean; every error is one line naming the field, the value, what is
+allowed and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rubin.errors import UsageError, did_you_mean
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+
+
+class RunConfig(_Section):
+    name: str = Field("demo", description="run name; the default run dir is runs/<name>")
+    dir: Optional[str] = Field(None, description="run directory (default: runs/<name>)")
+    seed: int = Field(0, description="seed for python, numpy, torch and the data order")
+    deterministic: bool = Field(False, description="deterministic algorithms: bit-identical reruns and resumes on CPU")
+    max_steps: Optional[int] = Field(None, gt=0, description="optimizer steps to train (or use epochs)")
+    epochs: Optional[float] = Field(None, gt=0, description="epochs to train, converted to steps (or use max_steps)")
+    eval_every_steps: int = Field(0, ge=0, description="evaluate every N steps (0: only at the end)")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available, else cpu")
+    allow_tf32: bool = Field(True, description="let fp32 matmuls use TF32 tensor cores on GPUs that have them")
+
+
+class ModelConfig(_Section):
+    name: str = Field("vit", description="reference model: vit, resnet, gpt, mlp (ignored when import is set)")
+    import_: Optional[str] = Field(None, alias="import", description="'pkg.module:function' returning an nn.Module")
+    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the model builder")
+
+
+class DataConfig(_Section):
+    name: str = Field("digits", description="dataset: digits, synthetic_images, synthetic_tokens, synthetic, image_folder, cifar10, tokens")
+    import_: Optional[str] = Field(None, alias="import", description="'pkg.module:function' returning (train_dataset, eval_dataset_or_None)")
+    path: Optional[str] = Field(None, description="data location for folder, cifar10 and token datasets")
+    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the dataset builder")
+    batch_size: int = Field(64, gt=0, description="GLOBAL batch per optimizer step, over all ranks and accumulation")
+    micro_batch_size: Optional[int] = Field(None, gt=0, description="per-rank batch per forward (default: batch_size / world size)")
+    eval_batch_size: Optional[int] = Field(None, gt=0, description="per-rank eval batch (default: micro batch)")
+    num_workers: int = Field(0, ge=0, description="DataLoader worker processes per rank")
+    pin_memory: Optional[bool] = Field(None, description="pinned host memory (default: on with CUDA)")
+    persistent_workers: bool = Field(True, description="keep workers alive across epochs")
+    prefetch_factor: Optional[int] = Field(None, gt=0, description="batches each worker loads ahead")
+    task: Optional[Literal["classification", "lm"]] = Field(None, description="loss: cross-entropy on (x, y), or next-token for lm (default: from the data)")
+    num_classes: Optional[int] = Field(None, gt=0, description="classes of an imported classification dataset (default: inferred)")
+
+
+class OptimConfig(_Section):
+    name: Literal["adamw", "sgd"] = Field("adamw", description="optimizer")
+    lr: float = Field(3e-3, gt=0, description="peak learning rate")
+    weight_decay: float = Field(0.05, ge=0, description="decoupled weight decay; never applied to norms or biases")
+    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas")
+    momentum: float = Field(0.9, ge=0, description="SGD momentum")
+    warmup_steps: int = Field(0, ge=0, description="linear warmup steps")
+    schedule: Literal["cosine", "linear", "constant"] = Field("cosine", description="decay after warmup")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="final lr as a fraction of the peak")
+    grad_clip: Optional[float] = Field(1.0, gt=0, description="clip the global grad norm (after unscaling under fp16); null: off")
+
+
+class DistributedConfig(_Section):
+    strategy: Literal["auto", "single", "ddp", "fsdp"] = Field("auto", description="auto: single at world size 1, else ddp; fsdp: FSDP2 fully_shard per block")
+    backend: Literal["auto", "nccl", "gloo"] = Field("auto", description="auto: nccl on CUDA, gloo on CPU")
+    timeout_s: float = Field(600, gt=0, description="process-group timeout, so a hang never waits for NCCL's default")
+    activation_checkpointing: bool = Field(False, description="recompute each block's activations in backward")
+    compile: bool = Field(False, description="torch.compile the model")
+
+
+class CheckpointConfig(_Section):
+    every_steps: Optional[int] = Field(None, gt=0, description="save every N steps")
+    every_minutes: Optional[float] = Field(None, gt=0, description="save every N minutes of training")
+    keep_last: int = Field(3, ge=1, description="committed checkpoints to keep")
+    keep_every_steps: Optional[int] = Field(None, gt=0, description="also keep milestones at multiples of N steps")
+    async_: bool = Field(False, alias="async", description="snapshot to CPU memory, write in the background")
+    preemption_grace_s: float = Field(25.0, gt=0, description="time allowed for the emergency save after a signal")
+    save_final: bool = Field(True, description="save a checkpoint at the end of training")
+
+
+class TelemetryConfig(_Section):
+    log_every_steps: int = Field(10, gt=0, description="log metrics every N steps")
+    sinks: list[Literal["jsonl", "tensorboard", "mlflow"]] = Field(default_factory=lambda: ["jsonl"], description="where metrics go; jsonl is always written")
+    nvml: bool = Field(True, description="sample GPU util, memory, power, clocks and throttle reasons via NVML")
+
+
+class FaultsConfig(_Section):
+    nan_policy: Literal["halt", "skip", "rollback"] = Field("halt", description="on a non-finite loss or grad norm")
+    max_rollbacks: int = Field(3, ge=0, description="rollbacks allowed before halting")
+    spike_factor: Optional[float] = Field(None, gt=1, description="treat loss above k x its running median as a spike")
+    spike_window: int = Field(50, gt=1, description="steps in the running median")
+    hang_timeout_s: Optional[float] = Field(None, gt=0, description="a step slower than this is a hang: report stacks and exit")
+
+
+class Config(_Section):
+    run: RunConfig = Field(default_factory=RunConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32, bf16 autocast, or fp16 autocast with GradScaler")
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
+
+    @model_validator(mode="after")
+    def _needs_length(self):
+        if self.run.max_steps is None and self.run.epochs is None:
+            raise ValueError("run.max_steps and run.epochs are both missing: set one, e.g. --set run.max_steps=1000")
+        return self
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.dir) if self.run.dir else Path("runs") / self.run.name
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
+
+    def hash(self) -> str:
+        return hashlib.sha256(self.to_yaml().encode()).hexdigest()[:16]
+
+
+# Keys that may change between a run and its resume without changing what is trained.
+RESUMABLE_CHANGES = {
+    "run.max_steps", "run.epochs", "run.eval_every_steps", "run.dir", "run.device",
+    "data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor",
+    "data.eval_batch_size", "data.micro_batch_size", "distributed.strategy", "distributed.backend",
+    "distributed.timeout_s", "distributed.compile",
+    "checkpoint", "telemetry", "faults.hang_timeout_s",
+}
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and k not in ("args",):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def changed_keys(old: dict, new: dict) -> list[str]:
+    """Keys whose values differ between two resolved configs, ignoring resumable ones."""
+    a, b = _flat(old), _flat(new)
+    diff = [k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+    return [k for k in diff if k not in RESUMABLE_CHANGES and k.split(".")[0] not in RESUMABLE_CHANGES]
+
+
+def _section_fields(path: tuple) -> list[str]:
+    model: Any = Config
+    for part in path:
+        field = model.model_fields.get(part) or next(
+            (f for f in model.model_fields.values() if f.alias == part), None
+        )
+        ann = getattr(field, "annotation", None) if field else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        model = ann
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _explain(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = tuple(str(p) for p in e["loc"])
+    name = ".".join(loc) or "config"
+    if e["type"] == "extra_forbidden":
+        allowed = _section_fields(loc[:-1])
+        section = ".".join(loc[:-1]) or "the top level"
+        return (
+            f"unknown key {name!r}{did_you_mean(loc[-1], allowed)}; "
+            f"keys allowed in {section}: {', '.join(allowed)}"
+        )
+    value = e.get("input")
+    if e["type"] == "value_error":
+        return e["msg"].removeprefix("Value error, ")
+    return f"{name}={value!r} is not valid: {e['msg'].lower()}; fix it in the config or with --set {name}=..."
+
+
+def _set_override(data: dict, item: str) -> None:
+    if "=" not in item:
+        raise UsageError(f"--set {item!r} is not valid: expected section.key=value, e.g. --set optim.lr=1e-3")
+    key, raw = item.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise UsageError(f"--set {item!r} is not valid: expected section.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    node = data
+    for p in parts[:-1]:
+        nxt = node.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise UsageError(f"--set {item!r} is not valid: {p!r} is a value, not a section")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None, *, base: dict | None = None) -> Config:
+    """Resolve a config from a YAML file (or the demo defaults) plus --set overrides."""
+    if path is None:
+        data = dict(base if base is not None else demo_defaults())
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise UsageError(f"config file {str(p)!r} does not exist; pass a YAML file (see examples/) or no CONFIG for the demo")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise UsageError(f"config file {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"config file {str(p)!r} must hold a mapping of sections, got {type(data).__name__}")
+    for item in overrides or []:
+        _set_override(data, item)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise UsageError(_explain(err)) from None
+
+
+def demo_defaults() -> dict:
+    """`rubin train` with no config: a small ViT on scikit-learn's digits, with an eval split."""
+    return {
+        "run": {"name": "demo", "epochs": 30, "eval_every_steps": 0, "seed": 0},
+        "model": {"name": "vit", "args": {"patch_size": 2, "dim": 64, "depth": 4, "heads": 4, "mlp_ratio": 2.0}},
+        "data": {"name": "digits", "batch_size": 64},
+        "optim": {"name": "adamw", "lr": 3e-3, "weight_decay": 0.05, "warmup_steps": 50, "schedule": "cosine"},
+        "telemetry": {"log_every_steps": 20},
+        "checkpoint": {"every_steps": 200},
+    }
+
+
+def describe_fields() -> str:
+    """Every config key with its type, default and description: the help text."""
+    lines = []
+    for sec_name, sec_field in Config.model_fields.items():
+        ann = sec_field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            lines.append(f"{sec_name}:")
+            for name, f in ann.model_fields.items():
+                key = f.alias or name
+                default = f.get_default(call_default_factory=True)
+                lines.append(f"  {sec_name}.{key} = {default!r}\n      {f.description}")
+        else:
+            lines.append(f"{sec_name} = {sec_field.default!r}\n    {sec_field.description}")
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""What a person sees: a progress bar with ETA on a TTY (rank 0), plain lines elsewhere, a summary table."""
+
+from __future__ import annotations
+
+import sys
+
+
+def _fmt_rate(row: dict) -> str:
+    if row.get("tokens_per_s"):
+        return f"{row['tokens_per_s']:,.0f} tok/s"
+    return f"{row['samples_per_s']:,.1f} samples/s"
+
+
+class Console:
+    def __init__(self, *, enabled: bool, total_steps: int, start_step: int = 0):
+        self.enabled = enabled
+        self.tty = enabled and sys.stdout.isatty()
+        self.total = total_steps
+        self._progress = None
+        if self.tty:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+            )
+            self._task = self._progress.add_task("train", total=total_steps, completed=start_step, info="")
+            self._progress.start()
+
+    def print(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self._progress is not None:
+            self._progress.console.print(text)
+        else:
+            print(text, flush=True)
+
+    def step(self, step: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step)
+
+    def logged(self, row: dict) -> None:
+        if not self.enabled:
+            return
+        loss = row.get("loss")
+        loss_s = f"{loss:.4f}" if loss is not None else "n/a"
+        t = row["time"]
+        line = f"loss {loss_s}  {_fmt_rate(row)}  data {t['data_s'] * 1e3:.1f}ms compute {t['compute_s'] * 1e3:.1f}ms"
+        if "mfu" in row:
+            line += f"  mfu {row['mfu'] * 100:.1f}%"
+        if self._progress is not None:
+            self._progress.update(self._task, completed=row["step"], info=f"loss {loss_s} {_fmt_rate(row)}")
+        else:
+            print(f"step {row['step']}/{self.total}  {line}", flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def summary(self, summary: dict, ckpt_path: str | None) -> None:
+        if not self.enabled:
+            return
+        from rich.console import Console as RichConsole
+        from rich.table import Table
+
+        table = Table(title=f"rubin train: {summary['status']}", show_header=False)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("steps", f"{summary['steps']}")
+        if summary.get("final_loss") is not None:
+            table.add_row("final loss", f"{summary['final_loss']:.4f}")
+        for k, v in (summary.get("eval") or {}).items():
+            if isinstance(v, float):
+                table.add_row(f"eval {k}", f"{v:.4f}")
+        if summary.get("samples_per_s"):
+            rate = f"{summary['samples_per_s']:,.1f} samples/s"
+            if summary.get("tokens_per_s"):
+                rate += f"  ({summary['tokens_per_s']:,.0f} tokens/s)"
+            table.add_row("throughput (median)", rate)
+        share = summary.get("time_share") or {}
+        if share:
+            table.add_row(
+                "time split",
+                f"data {share.get('data_s', 0) * 100:.1f}%  compute {share.get('compute_s', 0) * 100:.1f}%  "
+                f"checkpoint {share.get('ckpt_s', 0) * 100:.1f}%",
+            )
+        if summary.get("mfu") is not None:
+            table.add_row("MFU", f"{summary['mfu'] * 100:.1f}%")
+        table.add_row("wall time", f"{summary['wall_s']:.1f} s")
+        table.add_row("run dir", summary["run_dir"])
+        if ckpt_path:
+            table.add_row("checkpoint", ckpt_path)
+        RichConsole(file=sys.stdout).print(table)

@@ -1,0 +1,125 @@
+"""Batches: the global batch, its split into per-rank micro-batches, and a resumable sampler.
+
+The data order is defined over the GLOBAL batch, not per rank: epoch e is a seeded permutation,
+and optimizer step k of that epoch consumes global samples [k*B, (k+1)*B). Rank r's micro-step m
+reads the slice m*world+r of it. So one process with accumulation, N DDP ranks and a resume at
+another world size all see exactly the same samples per step; the sampler position is just
+"global samples consumed this epoch", which needs no remapping when the world size changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from rubin.errors import UsageError
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    global_batch: int
+    micro_batch: int
+    accum_steps: int
+    world_size: int
+
+
+def plan_batches(batch_size: int, micro_batch_size: int | None, world_size: int) -> BatchPlan:
+    if batch_size % world_size:
+        raise UsageError(
+            f"data.batch_size={batch_size} does not divide over {world_size} ranks: the global batch must be a "
+            f"multiple of the world size; use e.g. {max(world_size, batch_size // world_size * world_size)}"
+        )
+    per_rank = batch_size // world_size
+    micro = micro_batch_size or per_rank
+    if per_rank % micro:
+        raise UsageError(
+            f"data.micro_batch_size={micro} does not divide the per-rank batch {per_rank} "
+            f"(data.batch_size={batch_size} over {world_size} ranks); use a divisor of {per_rank}"
+        )
+    return BatchPlan(batch_size, micro, per_rank // micro, world_size)
+
+
+class GlobalBatchSampler(Sampler[int]):
+    """Yields this rank's sample indices, micro-batch after micro-batch, from a resumable position."""
+
+    def __init__(self, n: int, plan: BatchPlan, rank: int, *, seed: int, shuffle: bool = True):
+        self.n, self.plan, self.rank, self.seed, self.shuffle = n, plan, rank, seed, shuffle
+        self.epoch = 0
+        self.start_sample = 0  # global samples already consumed in this epoch
+
+    def steps_per_epoch(self) -> int:
+        return self.n // self.plan.global_batch
+
+    def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
+        self.epoch, self.start_sample = epoch, start_sample
+
+    def _order(self) -> torch.Tensor:
+        if not self.shuffle:
+            return torch.arange(self.n)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return torch.randperm(self.n, generator=g)
+
+    def __iter__(self):
+        order = self._order()
+        p = self.plan
+        first_step = self.start_sample // p.global_batch
+        for step in range(first_step, self.steps_per_epoch()):
+            base = step * p.global_batch
+            for m in range(p.accum_steps):
+                lo = base + (m * p.world_size + self.rank) * p.micro_batch
+                yield from order[lo : lo + p.micro_batch].tolist()
+
+    def __len__(self) -> int:
+        steps = self.steps_per_epoch() - self.start_sample // self.plan.global_batch
+        return max(0, steps) * self.plan.accum_steps * self.plan.micro_batch
+
+
+class EvalSampler(Sampler[int]):
+    """Every eval sample exactly once over all ranks (strided), in order."""
+
+    def __init__(self, n: int, rank: int, world_size: int):
+        self.indices = list(range(rank, n, world_size))
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self):
+        return len(self.indices)
+
+
+def _loader_kwargs(cfg, device) -> dict:
+    workers = cfg.num_workers
+    kw = {
+        "num_workers": workers,
+        "pin_memory": cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda",
+    }
+    if workers > 0:
+        from rubin.train.faults import worker_init
+
+        kw["persistent_workers"] = cfg.persistent_workers
+        kw["worker_init_fn"] = worker_init
+        if cfg.prefetch_factor:
+            kw["prefetch_factor"] = cfg.prefetch_factor
+    return kw
+
+
+def train_loader(dataset, sampler: GlobalBatchSampler, cfg, device, seed: int) -> DataLoader:
+    # A private generator: DataLoader draws worker base seeds from it, not from the global RNG,
+    # so starting an epoch does not perturb the model's dropout stream (exact resume).
+    return DataLoader(
+        dataset,
+        batch_size=sampler.plan.micro_batch,
+        sampler=sampler,
+        drop_last=False,
+        generator=torch.Generator().manual_seed(seed),
+        **_loader_kwargs(cfg, device),
+    )
+
+
+def eval_loader(dataset, rank: int, world_size: int, batch: int, cfg, device) -> DataLoader:
+    kw = _loader_kwargs(cfg, device)
+    kw["persistent_workers"] = False
+    kw.pop("prefetch_factor", None) if not kw.get("num_workers") else None
+    return DataLoader(dataset, batch_size=batch, sampler=EvalSampler(len(dataset), rank, world_size), **kw)

@@ -1,0 +1,126 @@
+"""Rank detection, process-group setup and teardown, and the few collectives the loop needs.
+
+Rank and world size come from torchrun (RANK/LOCAL_RANK/WORLD_SIZE), Slurm (SLURM_PROCID...)
+or OpenMPI / Azure ML (OMPI_COMM_WORLD_*), in that order.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+from rubin.errors import UsageError, bad_value
+from rubin.platform import device as dev
+
+_SOURCES = (
+    ("torchrun", "RANK", "LOCAL_RANK", "WORLD_SIZE"),
+    ("slurm", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+)
+
+
+@dataclass
+class DistInfo:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    source: str = "single"
+    device: object = None
+    backend: str | None = None
+    initialized: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def detect(env: dict | None = None) -> DistInfo:
+    env = os.environ if env is None else env
+    for source, r, lr, ws in _SOURCES:
+        if r in env and ws in env:
+            try:
+                return DistInfo(int(env[r]), int(env.get(lr, env[r])), int(env[ws]), source)
+            except ValueError:
+                raise UsageError(f"{r}={env[r]!r} / {ws}={env[ws]!r} are not integers; fix the launcher environment") from None
+    return DistInfo()
+
+
+def setup(cfg) -> DistInfo:
+    """Pick the device, check precision against it, and join the process group when world > 1."""
+    import torch
+    import torch.distributed as dist
+
+    info = detect()
+    info.device = dev.pick_device(info.local_rank, cfg.run.device)
+    backend = cfg.distributed.backend
+    if backend == "auto":
+        backend = dev.default_backend(info.device)
+    if backend == "nccl" and info.device.type != "cuda":
+        raise bad_value("distributed.backend", "nccl", "nccl needs CUDA devices; this rank trains on cpu", "use backend=auto or gloo")
+    info.backend = backend
+    check_precision(cfg.precision, info.device)
+    if info.device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = cfg.run.allow_tf32
+        torch.backends.cudnn.allow_tf32 = cfg.run.allow_tf32
+    if info.world_size > 1 and not dist.is_initialized():
+        if "MASTER_ADDR" not in os.environ:
+            os.environ.setdefault("MASTER_ADDR", os.environ.get("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"))
+            os.environ.setdefault("MASTER_PORT", "29500")
+        dist.init_process_group(
+            backend,
+            rank=info.rank,
+            world_size=info.world_size,
+            timeout=datetime.timedelta(seconds=cfg.distributed.timeout_s),
+            device_id=info.device if info.device.type == "cuda" else None,
+        )
+        info.initialized = True
+    return info
+
+
+def check_precision(precision: str, device) -> None:
+    if precision == "fp16" and device.type != "cuda":
+        raise bad_value("precision", "fp16", "fp16 needs a CUDA GPU (GradScaler); on cpu use fp32 or bf16", "set --set precision=bf16")
+    if precision == "bf16" and not dev.supports_bf16(device):
+        raise bad_value("precision", "bf16", f"{dev.device_name(device)} has no bf16 support", "use fp16 or fp32")
+
+
+def teardown(info: DistInfo) -> None:
+    """Barrier, then destroy: without the barrier, gloo ranks abort at exit while peers still talk."""
+    import torch.distributed as dist
+
+    if info.initialized and dist.is_initialized():
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
+        info.initialized = False
+
+
+def barrier(info: DistInfo) -> None:
+    import torch.distributed as dist
+
+    if info.world_size > 1 and dist.is_initialized():
+        dist.barrier()
+
+
+def all_reduce_max(info: DistInfo, value: float) -> float:
+    """Max of a scalar over ranks: every rank gets the same answer (flags, decisions)."""
+    if info.world_size == 1:
+        return value
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(value)], device=info.device if info.backend == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def broadcast_object(info: DistInfo, obj):
+    if info.world_size == 1:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -1,0 +1,54 @@
+"""What the loss is: cross-entropy on (inputs, targets), or next-token cross-entropy for a LM."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def loss_fn(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    if task == "lm":
+        return F.cross_entropy(output.float().reshape(-1, output.size(-1)), target.reshape(-1))
+    return F.cross_entropy(output.float(), target)
+
+
+@torch.no_grad()
+def evaluate(model, loader, task: str, device, precision, info) -> dict:
+    """Accuracy (classification) or loss and perplexity (lm), summed over all ranks."""
+    was_training = model.training
+    model.eval()
+    total_loss = torch.zeros((), dtype=torch.float64)
+    correct = torch.zeros((), dtype=torch.float64)
+    count = torch.zeros((), dtype=torch.float64)
+    for x, y in loader:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with precision.autocast():
+            out = model(x)
+        if task == "lm":
+            loss = F.cross_entropy(out.float().reshape(-1, out.size(-1)), y.reshape(-1), reduction="sum")
+            n = y.numel()
+        else:
+            loss = F.cross_entropy(out.float(), y, reduction="sum")
+            correct += (out.argmax(-1) == y).sum().double().cpu()
+            n = y.shape[0]
+        total_loss += loss.double().cpu()
+        count += n
+    if info.world_size > 1:
+        import torch.distributed as dist
+
+        stats = torch.stack([total_loss, correct, count])
+        if info.backend == "nccl":
+            stats = stats.to(device)
+        dist.all_reduce(stats)
+        total_loss, correct, count = stats.cpu().unbind()
+    if was_training:
+        model.train()
+    n = max(float(count), 1.0)
+    result = {"eval_loss": float(total_loss) / n, "samples": int(count)}
+    if task == "lm":
+        result["perplexity"] = math.exp(min(result["eval_loss"], 50.0))
+    else:
+        result["accuracy"] = float(correct) / n
+    return result

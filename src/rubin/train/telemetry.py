@@ -1,0 +1,165 @@
+"""Where every second of a step goes, and the derived figures (throughput, MFU, memory, NVML).
+
+Time is split per logging interval, not per step: the loop only synchronizes the device when it
+logs, so per-step splits on a GPU would be fiction. ``data_s`` is time blocked on the loader,
+``ckpt_s`` time blocked on checkpoints, ``compute_s`` the rest of the interval's wall time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+
+from rubin.platform import device as dev
+
+
+class Telemetry:
+    def __init__(self, cfg, info, run, sinks, *, flops_per_sample, tokens_per_sample: int, precision: str):
+        self.cfg, self.info, self.run, self.sinks = cfg, info, run, sinks
+        self.flops_per_sample = flops_per_sample
+        self.tokens_per_sample = tokens_per_sample
+        self.peak_flops = self._peak_flops(precision, cfg_allow_tf32=True)
+        self.sampler = self._nvml_sampler() if cfg.telemetry.nvml else None
+        self.samples_per_s: list[float] = []
+        self.step_times: list[float] = []
+        self.totals = {"data_s": 0.0, "compute_s": 0.0, "ckpt_s": 0.0, "step_s": 0.0}
+        self._reset_interval()
+
+    # -- setup ---------------------------------------------------------------------
+    def _peak_flops(self, precision: str, cfg_allow_tf32: bool) -> float | None:
+        """Dense peak per device from the one spec catalog; an unknown GPU gets none and one warning."""
+        device = self.info.device
+        if device.type != "cuda" or not self.flops_per_sample:
+            return None
+        from rubin.platform import specs
+
+        name = dev.device_name(device)
+        spec = specs.match(name)
+        if spec is None:
+            self.run.event("warning", message=f"GPU {name!r} is not in the spec catalog: MFU is not reported")
+            return None
+        dtype = {"bf16": "bf16", "fp16": "fp16"}.get(precision, "tf32" if self.cfg.run.allow_tf32 else "fp32")
+        tflops = specs.peak_tflops(spec, dtype)
+        return tflops * 1e12 if tflops else None
+
+    def _nvml_sampler(self):
+        if self.info.device.type != "cuda":
+            return None
+        try:
+            from rubin.platform.nvml import NvmlSampler
+
+            return NvmlSampler(self.info.device.index or 0)
+        except Exception as exc:  # noqa: BLE001 - NVML is optional; say so once
+            warnings.warn(f"NVML sampling is off: {exc}")
+            return None
+
+    def _reset_interval(self) -> None:
+        self._t0 = time.perf_counter()
+        self._data = self._ckpt = 0.0
+        self._steps = self._samples = 0
+        self._loss_sum = None  # a device tensor: summed without a host sync until we log
+        self._loss_n = 0
+
+    # -- per step --------------------------------------------------------------------
+    def add_data_time(self, s: float) -> None:
+        self._data += s
+
+    def add_ckpt_time(self, s: float) -> None:
+        self._ckpt += s
+
+    def on_step(self, step: int, samples: int, loss) -> None:
+        self._steps += 1
+        self._samples += samples
+        if loss is not None:  # None for a step whose update was dropped (non-finite loss)
+            self._loss_sum = loss.detach() if self._loss_sum is None else self._loss_sum + loss.detach()
+            self._loss_n += 1
+
+    def _mean_loss(self) -> float | None:
+        """Mean loss over the interval and over ranks (each rank saw its share of the global batch)."""
+        if self._loss_sum is None:
+            return None
+        total = self._loss_sum.detach().float().reshape(1)
+        if self.info.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(total)
+            total = total / self.info.world_size
+        return float(total.item()) / self._loss_n
+
+    def due(self, step: int) -> bool:
+        return step % self.cfg.telemetry.log_every_steps == 0
+
+    def log(self, step: int, *, lr: float, grad_norm: float | None, epoch: float) -> dict:
+        dev.synchronize(self.info.device)
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        steps = max(self._steps, 1)
+        compute = max(wall - self._data - self._ckpt, 0.0)
+        sps = self._samples / wall
+        row = {
+            "step": step,
+            "epoch": round(epoch, 4),
+            "loss": self._mean_loss(),
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "samples_per_s": sps,
+            "time": {
+                "data_s": self._data / steps,
+                "compute_s": compute / steps,
+                "ckpt_s": self._ckpt / steps,
+                "step_s": wall / steps,
+            },
+            "mem": {"peak_bytes": dev.peak_memory_bytes(self.info.device), "device": self.info.device.type},
+        }
+        if self.tokens_per_sample:
+            row["tokens_per_s"] = sps * self.tokens_per_sample
+        if self.peak_flops:
+            row["mfu"] = self.flops_per_sample * sps / (self.peak_flops * self.info.world_size)
+        if self.sampler is not None:
+            sample = self.sampler.sample()
+            if sample:
+                row["nvml"] = sample
+        self.samples_per_s.append(sps)
+        self.step_times.append(wall / steps)
+        for k, v in (("data_s", self._data), ("compute_s", compute), ("ckpt_s", self._ckpt), ("step_s", wall)):
+            self.totals[k] += v
+        for sink in self.sinks:
+            sink.metrics(row)
+        self._reset_interval()
+        return row
+
+    def log_eval(self, row: dict) -> None:
+        for sink in self.sinks:
+            sink.eval(row)
+
+    # -- end ---------------------------------------------------------------------------
+    def summary(self) -> dict:
+        # The first interval includes warm-up (allocation, compile); drop it when there are others.
+        rates = self.samples_per_s[1:] or self.samples_per_s
+        times = self.step_times[1:] or self.step_times
+        out = {
+            "samples_per_s": statistics.median(rates) if rates else None,
+            "step_time_s": {
+                "median": statistics.median(times) if times else None,
+                "p90": _quantile(times, 0.9) if times else None,
+            },
+            "time_split": {k: v for k, v in self.totals.items()},
+            "peak_mem_bytes": dev.peak_memory_bytes(self.info.device),
+        }
+        total = self.totals["step_s"] or 1.0
+        out["time_share"] = {k: self.totals[k] / total for k in ("data_s", "compute_s", "ckpt_s")}
+        if self.tokens_per_sample and out["samples_per_s"]:
+            out["tokens_per_s"] = out["samples_per_s"] * self.tokens_per_sample
+        if self.peak_flops and out["samples_per_s"]:
+            out["mfu"] = self.flops_per_sample * out["samples_per_s"] / (self.peak_flops * self.info.world_size)
+        return out
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def _quantile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    idx = min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))
+    return s[idx]

@@ -1,0 +1,1 @@
+"""Datasets: synthetic (images, vectors, tokens), digits, image folders, CIFAR-10 pickles, token files."""

@@ -1,0 +1,110 @@
+"""The names the config chooses (``model.name``, ``data.name``) and the calls the trainer makes."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Callable, Optional
+
+from rubin.errors import UsageError, bad_value, did_you_mean
+from rubin.workloads.arguments import builder_args, check_args
+from rubin.workloads.data import builders as data_builders
+from rubin.workloads.info import DataInfo
+from rubin.workloads.models import builders as model_builders
+
+MODELS: dict[str, Callable] = {
+    "vit": model_builders.build_vit,
+    "resnet": model_builders.build_resnet,
+    "gpt": model_builders.build_gpt,
+    "mlp": model_builders.build_mlp,
+}
+
+DATASETS: dict[str, Callable] = {
+    "digits": data_builders.build_digits,
+    "synthetic_images": data_builders.build_synthetic_images,
+    "synthetic_tokens": data_builders.build_synthetic_tokens,
+    "synthetic": data_builders.build_synthetic,
+    "image_folder": data_builders.build_image_folder,
+    "cifar10": data_builders.build_cifar10,
+    "tokens": data_builders.build_tokens,
+}
+
+
+def _lookup(table: dict, field: str, name: str) -> Callable:
+    if name not in table:
+        raise UsageError(f"{field}={name!r} is not a known name{did_you_mean(name, table)}; "
+                         f"allowed: {', '.join(table)}; or set {field.split('.')[0]}.import to use your own")
+    return table[name]
+
+
+def build_model(name: str, args: Optional[dict], info: DataInfo):
+    """The reference model ``name`` built with ``args`` for data described by ``info``."""
+    builder = _lookup(MODELS, "model.name", name)
+    args = dict(args or {})
+    check_args("model.args", f"model '{name}'", args, builder_args(builder, skip=("info",)))
+    return builder(info, **args)
+
+
+def build_data(name: str, path: Optional[str], args: Optional[dict], *, seed: int,
+               cache_dir: Optional[str] = None):
+    """``(train_dataset, eval_dataset_or_None, DataInfo)`` for dataset ``name``."""
+    builder = _lookup(DATASETS, "data.name", name)
+    args = dict(args or {})
+    check_args("data.args", f"dataset '{name}'", args, builder_args(builder, skip=("path", "seed", "cache_dir")))
+    needs = getattr(builder, "needs_path", None)
+    if needs and path is None:
+        raise bad_value("data.path", None, f"dataset '{name}' reads {needs}", "set --set data.path=PATH")
+    if needs and not Path(path).expanduser().exists():
+        raise bad_value("data.path", path, f"no such file or directory; dataset '{name}' reads {needs}",
+                        "check the path (relative paths start from the current directory)")
+    if not needs and path is not None:
+        raise bad_value("data.path", path, f"dataset '{name}' takes no path (it is built in)",
+                        "remove data.path, or pick a dataset that reads files")
+    return builder(str(Path(path).expanduser()) if path else None, seed=seed, cache_dir=cache_dir, **args)
+
+
+def flops_per_sample(model, info: Optional[DataInfo] = None) -> Optional[float]:
+    """Training FLOPs (forward + backward) per sample, or None when the model doesn't say.
+
+    A model says by a ``flops_per_sample`` attribute (a number) or method; the method may take
+    the DataInfo. Wrappers (DDP, torch.compile) are looked through.
+    """
+    model = _unwrap(model)
+    value = getattr(model, "flops_per_sample", None)
+    if callable(value):
+        params = [p for p in inspect.signature(value).parameters.values()
+                  if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        value = value(info) if params else value()
+    if value is None:
+        return None
+    value = float(value)
+    return value if value > 0 else None
+
+
+def model_blocks(model) -> list:
+    """The repeated blocks to wrap one by one (FSDP2 fully_shard, activation checkpointing).
+
+    Reference models and user models may define ``model_blocks()``; otherwise a ``blocks``,
+    ``layers`` or ``h`` ModuleList (the common transformer spellings) is used; else [].
+    """
+    from torch import nn
+
+    model = _unwrap(model)
+    method = getattr(model, "model_blocks", None)
+    if callable(method):
+        return list(method())
+    for attr in ("blocks", "layers", "h"):
+        for owner in (model, getattr(model, "transformer", None), getattr(model, "model", None)):
+            found = getattr(owner, attr, None) if owner is not None else None
+            if isinstance(found, nn.ModuleList) and len(found):
+                return list(found)
+    return []
+
+
+def _unwrap(model):
+    # DDP/FSDP1 keep the user module in .module; torch.compile in ._orig_mod.
+    for attr in ("_orig_mod", "module", "_orig_mod"):
+        inner = getattr(model, attr, None)
+        if inner is not None and inner is not model and hasattr(inner, "parameters"):
+            model = inner
+    return model
