@@ -18,12 +18,13 @@ from rubin.plan.model import ModelShape
 CHECKPOINTING = ("none", "selective", "full")
 
 
-def sbh_coefficient(hidden: int, heads: int, kv_heads: int | None = None, ffn: int | None = None, *, gated: bool = False, dropout: bool = True) -> float:
+def sbh_coefficient(hidden: int, heads: int, kv_heads: int | None = None, ffn: int | None = None, *,
+                    gated: bool = False, dropout: bool = True) -> float:
     """The ``34`` of Korthikanti's formula for this shape: bytes per s·b·h outside the scores."""
     kv_heads = heads if kv_heads is None else kv_heads
     ffn = 4 * hidden if ffn is None else ffn
     mask = 1.0 if dropout else 0.0  # a dropout mask is 1 byte per element
-    attention = 2 + 2 + 2 + 2 * 2 * kv_heads / heads + 2 + mask  # LN out (QKV in), Q, K, V, proj in, mask
+    attention = 2 + 2 + 2 * 2 * kv_heads / heads + 2 + mask  # QKV input, Q, K and V, proj input, mask
     norms = 2 + 2  # the inputs of both LayerNorms
     # MLP: its input, then 2 B per element of each saved ffn-wide tensor (2 for GELU, 3 for SwiGLU)
     mlp = 2 + mask + (3 if gated else 2) * 2 * ffn / hidden

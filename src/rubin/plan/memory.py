@@ -15,7 +15,7 @@ from rubin.errors import bad_value
 from rubin.plan import GIB
 from rubin.plan.activations import CHECKPOINTING, activations
 from rubin.plan.model import ModelShape
-from rubin.plan.states import STRATEGY_LABELS, bytes_per_param, host_bytes_per_node, model_states
+from rubin.plan.states import STRATEGY_DESCRIPTIONS, STRATEGY_LABELS, bytes_per_param, host_bytes_per_node, model_states
 
 SCHEMA_VERSION = 1
 
@@ -89,6 +89,7 @@ def evaluate(req: MemoryRequest, strategy: str, micro_batch: int | None = None) 
     row = {
         "strategy": strategy,
         "label": STRATEGY_LABELS[strategy],
+        "description": STRATEGY_DESCRIPTIONS[strategy],
         "activation_checkpointing": ckpt,
         "slow": strategy.endswith("offload"),
         "micro_batch": b,

@@ -96,10 +96,12 @@ def transformer(
     hidden = _positive_int("hidden", hidden)
     heads = _positive_int("heads", heads)
     if hidden % heads:
-        raise bad_value("heads", heads, f"a divisor of hidden={hidden}", f"pick heads so that hidden/heads is an integer (e.g. {_divisor_near(hidden, heads)})")
+        raise bad_value("heads", heads, f"a divisor of hidden={hidden}",
+                        f"pick heads so that hidden/heads is an integer (e.g. {_divisor_near(hidden, heads)})")
     kv_heads = heads if kv_heads is None else _positive_int("kv_heads", kv_heads)
     if heads % kv_heads:
-        raise bad_value("kv_heads", kv_heads, f"a divisor of heads={heads}", "grouped-query attention shares each kv head among heads/kv_heads query heads")
+        raise bad_value("kv_heads", kv_heads, f"a divisor of heads={heads}",
+                        "grouped-query attention shares each kv head among heads/kv_heads query heads")
     ffn = 4 * hidden if ffn is None else _positive_int("ffn", ffn)
     vocab = None if vocab is None else _positive_int("vocab", vocab)
     seq_len = None if seq_len is None else _positive_int("seq_len", seq_len)

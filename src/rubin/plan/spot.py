@@ -29,6 +29,8 @@ def daly_interval(checkpoint_s: float, mtbf_s: float) -> float:
 def segment_time(length_s: float, mtbf_s: float, restart_s: float) -> float:
     """Expected wall time to get ``length_s`` of uninterrupted progress (Daly's per-segment term)."""
     m = mtbf_s
+    if (restart_s + length_s) / m > 700:  # beyond float range: the run practically never finishes
+        return math.inf
     return m * math.exp(restart_s / m) * math.expm1(length_s / m)
 
 
@@ -39,6 +41,8 @@ def daly_wall_time(solve_s: float, interval_s: float, checkpoint_s: float, mtbf_
 
 def restart_phase_time(mtbf_s: float, restart_s: float) -> float:
     """Expected time to complete one restart of ``restart_s`` when evictions can strike it too."""
+    if restart_s / mtbf_s > 700:
+        return math.inf
     return mtbf_s * math.expm1(restart_s / mtbf_s)
 
 
@@ -59,6 +63,8 @@ def lost_work_per_failure(segment_s: float, mtbf_s: float) -> float:
     m, length = mtbf_s, segment_s
     if length / m < 1e-6:
         return length / 2
+    if length / m > 700:  # failures far more frequent than the segment: about one MTBF is lost
+        return m
     return m - length / math.expm1(length / m)
 
 
@@ -75,11 +81,13 @@ def spot_plan(solve_s: float, *, hazard_per_hour: float, nodes: int, checkpoint_
         wall = emergency_wall_time(solve_s, save, mtbf, restart_s)
         interval, lost = None, 0.0
         # evictions during the solve, times the restart attempts each one takes (failed ones included)
-        preemptions = solve_s / mtbf * math.exp(restart_s / mtbf)
+        preemptions = solve_s / mtbf * (math.exp(restart_s / mtbf) if restart_s / mtbf < 700 else math.inf)
     else:
-        interval = min(daly, solve_s) if solve_s > 0 else daly
-        wall = daly_wall_time(solve_s, interval, checkpoint_s, mtbf, restart_s)
-        lost = lost_work_per_failure(interval + checkpoint_s, mtbf)
+        interval = daly
+        # a run shorter than the interval checkpoints once, at its end
+        used = min(daly, solve_s) if solve_s > 0 else daly
+        wall = daly_wall_time(solve_s, used, checkpoint_s, mtbf, restart_s)
+        lost = lost_work_per_failure(used + checkpoint_s, mtbf)
         preemptions = wall / mtbf  # Daly's estimate of the expected number of failures
     return {
         "job_hazard_per_hour": job_hazard,

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from rubin.errors import bad_value
 
-PRECISIONS = ("bf16-mixed", "fp16-mixed", "fp32", "bf16")
+# *-mixed: 16-bit weights with an fp32 master copy (DeepSpeed, Megatron); amp-*: torch.autocast over
+# fp32 weights (plain PyTorch AMP, and what ``rubin train precision=bf16`` does); bf16: pure bf16.
+PRECISIONS = ("bf16-mixed", "fp16-mixed", "amp-bf16", "amp-fp16", "fp32", "bf16")
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd", "adam8bit")
 
 
@@ -32,6 +34,11 @@ def bytes_per_param(precision: str = "bf16-mixed", optimizer: str = "adamw") -> 
         raise bad_value("precision", precision, f"one of {', '.join(PRECISIONS)}", "use --precision bf16-mixed")
     if optimizer not in OPTIMIZERS:
         raise bad_value("optimizer", optimizer, f"one of {', '.join(OPTIMIZERS)}", "use --optimizer adamw")
+    if precision.startswith("amp-"):
+        # fp32 weights, gradients and moments; autocast also keeps a 16-bit copy of each weight
+        # for backward (its cast cache), which we count with the weights
+        moments = {"adamw": 8.0, "sgd-momentum": 4.0, "sgd": 0.0, "adam8bit": 2.0}[optimizer]
+        return BytesPerParam(weights=6.0, grads=4.0, optimizer=moments)
     mixed = precision.endswith("-mixed")
     w = 4.0 if precision == "fp32" else 2.0
     master = 4.0 if mixed else 0.0
@@ -51,10 +58,19 @@ STRATEGY_LABELS = {
     "ddp": "DDP",
     "zero1": "ZeRO-1",
     "zero2": "ZeRO-2",
-    "hybrid": "hybrid shard (ZeRO-3 in node)",
-    "fsdp": "FSDP full shard / ZeRO-3",
-    "fsdp+ac": "FSDP + full activation checkpointing",
-    "fsdp+ac+offload": "FSDP + checkpointing + CPU offload (slow)",
+    "hybrid": "hybrid shard",  # ZeRO-3 inside a node, replicated across nodes
+    "fsdp": "FSDP",  # full shard, = ZeRO-3
+    "fsdp+ac": "FSDP+AC",  # + full activation checkpointing
+    "fsdp+ac+offload": "FSDP+AC+offload",  # + CPU offload of parameters and optimizer (slow)
+}
+STRATEGY_DESCRIPTIONS = {
+    "ddp": "DistributedDataParallel: every GPU holds all states",
+    "zero1": "ZeRO-1 / ZeroRedundancyOptimizer: optimizer state sharded",
+    "zero2": "ZeRO-2 / FSDP SHARD_GRAD_OP: optimizer state and gradients sharded",
+    "hybrid": "FSDP HYBRID_SHARD: ZeRO-3 inside a node, replicated across nodes",
+    "fsdp": "FSDP FULL_SHARD / ZeRO-3: everything sharded, one layer gathered at a time",
+    "fsdp+ac": "FSDP FULL_SHARD with full activation checkpointing",
+    "fsdp+ac+offload": "FSDP with checkpointing and CPU offload of parameters and optimizer (slow: PCIe-bound)",
 }
 
 

@@ -10,7 +10,6 @@ import math
 
 import torch
 
-from rubin.errors import RubinError
 from rubin.train import faults
 
 
@@ -27,6 +26,7 @@ class FaultHooks:
             )
         f = cfg.faults
         self.spikes = faults.SpikeDetector(f.spike_factor, f.spike_window) if f.spike_factor else None
+        self.nan_guard = faults.NanGuard(f.nan_policy, f.max_rollbacks)
 
     @property
     def signal_name(self) -> str | None:
@@ -73,20 +73,11 @@ class FaultHooks:
             flags = t.tolist()
         return flags[0] > 0, flags[1] > 0, flags[2] > 0
 
-    def on_nonfinite(self, step: int, loss, grad_norm, loop) -> str:
-        """Apply faults.nan_policy: 'skip' or 'rollback' (to do), or raise to halt."""
-        policy = self.cfg.faults.nan_policy
-        self.run.event("nan", step=step, loss=float(loss), grad_norm=float(grad_norm), policy=policy)
-        if policy == "halt":
-            raise RubinError(
-                f"non-finite loss or gradient norm at step {step} (faults.nan_policy=halt); "
-                "lower optim.lr, check the data, or set faults.nan_policy=skip|rollback"
-            )
-        if policy == "rollback":
-            if loop.rollbacks >= self.cfg.faults.max_rollbacks:
-                raise RubinError(
-                    f"non-finite loss at step {step} after {loop.rollbacks} rollbacks (faults.max_rollbacks="
-                    f"{self.cfg.faults.max_rollbacks}): halting; the last good checkpoint is kept"
-                )
-            return "rollback"
-        return "skip"
+    def on_nonfinite(self, step: int, loss, grad_norm, loop, *, have_checkpoint: bool) -> str:
+        """Apply faults.nan_policy: returns 'skip' or 'rollback', or raises to halt."""
+        decision = self.nan_guard.decide(step, loop.rollbacks, have_checkpoint=have_checkpoint)
+        self.run.event("nan", step=step, loss=float(loss), grad_norm=float(grad_norm),
+                       policy=self.cfg.faults.nan_policy, action=decision.action)
+        if decision.action == "halt":
+            self.nan_guard.halt(decision)
+        return decision.action

@@ -33,8 +33,6 @@ def build_data(cfg, cache_dir: str | None):
             train_ds, task=cfg.data.task, num_classes=cfg.data.num_classes, vocab_size=cfg.model.args.get("vocab_size")
         )
         return train_ds, eval_ds, info
-    if cfg.data.path is not None and not Path(cfg.data.path).exists():
-        raise UsageError(f"data.path={cfg.data.path!r} does not exist; point data.path at the data or use a synthetic dataset")
     return workloads.build_data(cfg.data.name, cfg.data.path, dict(cfg.data.args), seed=cfg.run.seed, cache_dir=cache_dir)
 
 

@@ -69,8 +69,16 @@ class MlflowSink:
 
         self.mlflow = mlflow
         if not os.environ.get("MLFLOW_TRACKING_URI"):
-            # Without a server, log next to the run rather than into whatever dir we were started from.
-            mlflow.set_tracking_uri((run.path / "mlruns").resolve().as_uri())
+            # Without a server, log next to the run rather than into whatever dir we were started from:
+            # sqlite when the full mlflow is installed, else MLflow's file store (which MLflow 3 keeps
+            # behind an opt-in flag; mlflow-skinny has no database backend).
+            try:
+                import sqlalchemy  # noqa: F401
+
+                mlflow.set_tracking_uri(f"sqlite:///{(run.path / 'mlflow.db').resolve()}")
+            except ImportError:
+                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+                mlflow.set_tracking_uri((run.path / "mlruns").resolve().as_uri())
         self.active = mlflow.start_run(run_name=run.path.name)
         flat = {}  # params: a flat view of the config, as strings
         for sec, val in config_dict.items():

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from rubin.platform import device as dev
-from rubin.train.checkpoint import load_file, save_file
+from rubin.train.checkpoint import load_file, save_file, snapshot_to_cpu
 
 
 @dataclass
@@ -67,8 +67,8 @@ def snapshot(strategy, optimizer, scheduler, precision, loop: LoopState, rank: i
     """Everything single/DDP saves, copied to CPU memory now (the async path writes it later)."""
     out = {"rng": capture_rng()}
     if rank == 0:
-        out["model"] = _to_cpu(strategy.module.state_dict())
-        out["optim"] = _to_cpu(optimizer.state_dict())
+        out["model"] = snapshot_to_cpu(strategy.module.state_dict())
+        out["optim"] = snapshot_to_cpu(optimizer.state_dict())
         out["trainer"] = {"scheduler": scheduler.state_dict(), "precision": precision.state_dict(), "loop": asdict(loop)}
     return out
 
@@ -133,13 +133,3 @@ def reseed(seed: int, rank: int, step: int = 0) -> None:
     random.seed(s)
     np.random.seed(s)
     dev.manual_seed_all(s)
-
-
-def _to_cpu(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_cpu(v) for v in obj)
-    return obj

@@ -68,6 +68,10 @@ class Telemetry:
     def add_ckpt_time(self, s: float) -> None:
         self._ckpt += s
 
+    def exclude_time(self, s: float) -> None:
+        """Leave out time that is not training (evaluation) from the interval."""
+        self._t0 += s
+
     def on_step(self, step: int, samples: int, loss) -> None:
         self._steps += 1
         self._samples += samples

@@ -197,7 +197,7 @@ class Trainer:
         self.faults.beat(step, "collective")
         bad, stop, minutes_due = self.faults.agree(loss_sum, grad_norm, prec.scaler is not None, self.saver.minutes_due())
         if bad:
-            action = self.faults.on_nonfinite(step, loss_sum, grad_norm, loop)
+            action = self.faults.on_nonfinite(step, loss_sum, grad_norm, loop, have_checkpoint=bool(self.saver.store.committed()))
             self.optimizer.zero_grad(set_to_none=True)
             if action == "rollback":
                 self._rollback(step)
@@ -211,19 +211,19 @@ class Trainer:
         loop.samples_seen += self.plan.global_batch
         loop.tokens_seen += self.plan.global_batch * self.data_info.tokens_per_sample
         self.telemetry.on_step(step, self.plan.global_batch, None if bad else loss_sum)
-        if self.telemetry.due(step) or step == self.total_steps:
+        if stop:
+            self._save(emergency=True)
+        elif self.saver.due(step) or minutes_due:
+            self._save()
+        if self.telemetry.due(step) or step == self.total_steps or stop:
             row = self.telemetry.log(step, lr=self.scheduler.get_last_lr()[0], grad_norm=float(grad_norm), epoch=self._epoch_float())
             self.last_loss = row["loss"]
             self.console.logged(row)
         self.console.step(step)
-        self.faults.spike(step, loss_sum)
+        if stop:
+            return "stop"
         if cfg.run.eval_every_steps and step % cfg.run.eval_every_steps == 0 and step != self.total_steps:
             self._evaluate(step)
-        if stop:
-            self._save(emergency=True)
-            return "stop"
-        if self.saver.due(step) or minutes_due:
-            self._save()
         return None
 
     def _epoch_float(self) -> float:
@@ -243,6 +243,7 @@ class Trainer:
     def _rollback(self, bad_step: int) -> None:
         loop = self.loop
         window = [loop.epoch, loop.sample_in_epoch]
+        self.saver.finish()  # an async save in flight must land before we choose what to load
         found = self.saver.latest()
         if found is None:
             raise RubinError(f"nan_policy=rollback at step {bad_step}, but no committed checkpoint exists to roll back to; "
@@ -259,7 +260,9 @@ class Trainer:
         if self.eval_loader is None:
             return None
         self.faults.beat(step, "eval")
+        t0 = time.perf_counter()
         result = evaluate(self.strategy.forward_model, self.eval_loader, self.task, self.info.device, self.precision, self.info)
+        self.telemetry.exclude_time(time.perf_counter() - t0)
         row = {"step": step, **result}
         self.telemetry.log_eval(row)
         metric = f"accuracy {result['accuracy']:.4f}" if "accuracy" in result else f"perplexity {result['perplexity']:.2f}"

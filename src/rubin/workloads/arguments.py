@@ -28,18 +28,19 @@ def check_args(field: str, owner: str, args: dict, allowed: dict[str, object]) -
         if value is None or default is None or default is inspect.Parameter.empty:
             continue
         if isinstance(default, bool):
-            ok = isinstance(value, bool)
+            ok, kind = isinstance(value, bool), "true or false"
         elif isinstance(default, int):
-            ok = isinstance(value, int) and not isinstance(value, bool)
+            ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
         elif isinstance(default, float):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
         elif isinstance(default, str):
-            ok = isinstance(value, str)
+            ok, kind = isinstance(value, str), "a string"
         else:
-            ok = True
+            ok, kind = True, ""
         if not ok:
-            raise bad_value(f"{field}.{name}", value, f"a {type(default).__name__} (default {default!r})",
-                            f"e.g. --set {field}.{name}={default!r}")
+            shown = str(default).lower() if isinstance(default, bool) else default
+            raise bad_value(f"{field}.{name}", value, f"{kind} (default {shown})",
+                            f"e.g. --set {field}.{name}={shown}")
 
 
 def positive_int(name: str, value, allow_zero: bool = False) -> int:

@@ -69,8 +69,7 @@ def flops_per_sample(model, info: Optional[DataInfo] = None) -> Optional[float]:
     A model says by a ``flops_per_sample`` attribute (a number) or method; the method may take
     the DataInfo. Wrappers (DDP, torch.compile) are looked through.
     """
-    model = _unwrap(model)
-    value = getattr(model, "flops_per_sample", None)
+    value = getattr(_owner(model, "flops_per_sample"), "flops_per_sample", None)
     if callable(value):
         params = [p for p in inspect.signature(value).parameters.values()
                   if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -89,10 +88,10 @@ def model_blocks(model) -> list:
     """
     from torch import nn
 
-    model = _unwrap(model)
-    method = getattr(model, "model_blocks", None)
+    method = getattr(_owner(model, "model_blocks"), "model_blocks", None)
     if callable(method):
         return list(method())
+    model = _chain(model)[-1]
     for attr in ("blocks", "layers", "h"):
         for owner in (model, getattr(model, "transformer", None), getattr(model, "model", None)):
             found = getattr(owner, attr, None) if owner is not None else None
@@ -101,10 +100,26 @@ def model_blocks(model) -> list:
     return []
 
 
-def _unwrap(model):
-    # DDP/FSDP1 keep the user module in .module; torch.compile in ._orig_mod.
-    for attr in ("_orig_mod", "module", "_orig_mod"):
-        inner = getattr(model, attr, None)
-        if inner is not None and inner is not model and hasattr(inner, "parameters"):
-            model = inner
+def _chain(model) -> list:
+    """The model and what it wraps: DDP/FSDP1 keep the module in .module, torch.compile in ._orig_mod."""
+    chain = [model]
+    while len(chain) < 8:
+        inner = None
+        for attr in ("_orig_mod", "module"):
+            cand = getattr(chain[-1], attr, None)
+            if cand is not None and hasattr(cand, "parameters") and all(cand is not c for c in chain):
+                inner = cand
+                break
+        if inner is None:
+            break
+        chain.append(inner)
+    return chain
+
+
+def _owner(model, attr: str):
+    """The outermost object in the wrapper chain that defines ``attr`` (a user model's own
+    method wins over a submodule that happens to be called ``module``)."""
+    for m in _chain(model):
+        if getattr(m, attr, None) is not None:
+            return m
     return model

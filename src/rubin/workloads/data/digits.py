@@ -2,19 +2,36 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import numpy as np
 import torch
 
 from rubin.workloads.data.arrays import ArrayDataset, stratified_split
 
 
-def load_digits_split(eval_fraction: float, split_seed: int):
-    """(train, eval) ArrayDatasets of (1, 8, 8) float images, standardized with train statistics."""
-    from sklearn.datasets import load_digits  # imported here: sklearn takes a second to import
+def read_digits() -> tuple[np.ndarray, np.ndarray]:
+    """(images (1797, 8, 8) in 0..16, labels) from the CSV that scikit-learn ships.
+
+    The file is read directly: importing sklearn takes about a second and sets OpenMP
+    environment variables (KMP_*) in this process, both unwelcome at every training start.
+    """
+    spec = importlib.util.find_spec("sklearn")  # locates the package without importing it
+    csv = os.path.join(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz") if spec else ""
+    if os.path.isfile(csv):
+        table = np.loadtxt(csv, delimiter=",")
+        return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
+    from sklearn.datasets import load_digits  # a layout we don't know: the public API
 
     bunch = load_digits()
-    images = bunch.images.astype(np.float32) / 16.0
-    labels = bunch.target.astype(np.int64)
+    return bunch.images, bunch.target.astype(np.int64)
+
+
+def load_digits_split(eval_fraction: float, split_seed: int):
+    """(train, eval) ArrayDatasets of (1, 8, 8) float images, standardized with train statistics."""
+    images, labels = read_digits()
+    images = images.astype(np.float32) / 16.0
     if eval_fraction > 0:
         train_idx, eval_idx = stratified_split(labels, eval_fraction, split_seed)
     else:

@@ -18,7 +18,10 @@ from typing import Optional
 from rubin.errors import UsageError
 
 VERSION = 1
-INDEX_NAME = ".rubin-index.json"
+# The index lives in a hidden folder inside the data root: rewriting a file there changes only
+# that folder's mtime, never the root's, so the cache doesn't invalidate itself.
+INDEX_DIR = ".rubin"
+INDEX_NAME = "image-index.json"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 # A directory changed this close to the listing may have changed again within the same mtime
 # tick (git's "racy" problem); such an index is rebuilt on the next start instead of trusted.
@@ -26,7 +29,7 @@ RACY_S = 2.0
 
 
 def cache_locations(root: Path, cache_dir: Optional[str]) -> list[Path]:
-    places = [root / INDEX_NAME]
+    places = [root / INDEX_DIR / INDEX_NAME]
     if cache_dir:
         digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
         places.append(Path(cache_dir) / f"image-index-{digest}.json")
@@ -41,9 +44,23 @@ def load_index(root: Path, cache_dir: Optional[str] = None) -> dict:
         if index is not None:
             index["cache"] = str(place)
             return index
+    created = _make_index_dir(root)
     index = build_index(root)
+    if created:
+        # Our own mkdir just changed the root's mtime; that change is not a racy one.
+        index["trusted"] = [""]
     index["cache"] = _write(index, cache_locations(root, cache_dir))
     return index
+
+
+def _make_index_dir(root: Path) -> bool:
+    """Create root/.rubin before listing (so the listing sees the root's final mtime).
+    True if this call created it; False if it existed or the root is not writable."""
+    try:
+        (root / INDEX_DIR).mkdir()
+        return True
+    except OSError:
+        return False
 
 
 def build_index(root: Path) -> dict:
@@ -83,10 +100,11 @@ def _read_valid(place: Path, root: Path) -> Optional[dict]:
     if not isinstance(index, dict) or index.get("version") != VERSION or index.get("root") != str(root):
         return None
     built = float(index.get("built_at", 0))
+    trusted = set(index.get("trusted", ()))
     try:
         for rel, mtime in index["dirs"].items():
             now = os.stat(root / rel).st_mtime_ns
-            if now != mtime or built - now / 1e9 < RACY_S:
+            if now != mtime or (rel not in trusted and built - now / 1e9 < RACY_S):
                 return None
     except (OSError, KeyError, AttributeError):
         return None

@@ -1,8 +1,16 @@
-"""Reference models: ViT, ResNet-18/50, GPT, MLP. Each reports its training FLOPs per sample."""
+"""Reference models: ViT, ResNet-18/50, GPT, MLP. Each reports its training FLOPs per sample.
 
-from rubin.workloads.models.gpt import GPT, GPTConfig
-from rubin.workloads.models.mlp import MLP
-from rubin.workloads.models.resnet import ResNet
-from rubin.workloads.models.vit import ViT
+The classes load on first use, so importing ``rubin.workloads`` (for its tables of names)
+does not import torch.
+"""
 
-__all__ = ["GPT", "GPTConfig", "MLP", "ResNet", "ViT"]
+import importlib
+
+_WHERE = {"GPT": "gpt", "GPTConfig": "gpt", "MLP": "mlp", "ResNet": "resnet", "ViT": "vit"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"rubin.workloads.models.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,6 +21,16 @@ def _needs(info: DataInfo, task: str, model: str, instead: str) -> None:
                         f"use model.name={instead} or a {task} dataset")
 
 
+def _classes(info: DataInfo, num_classes) -> int:
+    if num_classes is None:
+        return info.num_classes
+    positive_int(f"{F}.num_classes", num_classes)
+    if info.num_classes and num_classes < info.num_classes:
+        raise bad_value(f"{F}.num_classes", num_classes, f"at least the data's {info.num_classes} classes",
+                        "drop the override (it defaults from the data)")
+    return num_classes
+
+
 def _image_shape(info: DataInfo, model: str) -> tuple[int, int, int]:
     if len(info.input_shape) != 3:
         raise bad_value("model.name", model, f"it needs (C, H, W) images and samples are {info.input_shape}",
@@ -29,13 +39,11 @@ def _image_shape(info: DataInfo, model: str) -> tuple[int, int, int]:
 
 
 def build_vit(info: DataInfo, *, patch_size: int = 2, dim: int = 64, depth: int = 4, heads: int = 4,
-              mlp_ratio: float = 2.0, dropout: float = 0.0, image_size: Optional[int] = None,
-              in_channels: Optional[int] = None, num_classes: Optional[int] = None):
+              mlp_ratio: float = 2.0, dropout: float = 0.0, num_classes: Optional[int] = None):
     from rubin.workloads.models.vit import ViT
 
     _needs(info, "classification", "vit", "gpt")
     c, h, w = _image_shape(info, "vit")
-    h, w = (image_size, image_size) if image_size else (h, w)
     for name, v in (("patch_size", patch_size), ("dim", dim), ("depth", depth), ("heads", heads)):
         positive_int(f"{F}.{name}", v)
     if h % patch_size or w % patch_size:
@@ -44,7 +52,7 @@ def build_vit(info: DataInfo, *, patch_size: int = 2, dim: int = 64, depth: int 
     if dim % heads:
         raise bad_value(f"{F}.heads", heads, f"it must divide dim={dim}", "pick heads so that dim/heads is whole")
     fraction(f"{F}.dropout", dropout)
-    return ViT((h, w), in_channels or c, num_classes or info.num_classes, patch_size, dim, depth, heads,
+    return ViT((h, w), c, _classes(info, num_classes), patch_size, dim, depth, heads,
                float(mlp_ratio), float(dropout))
 
 
@@ -57,10 +65,13 @@ def build_resnet(info: DataInfo, *, layout: int = 18, width: int = 64, small_inp
     if layout not in LAYOUTS:
         raise bad_value(f"{F}.layout", layout, "18 (BasicBlock) or 50 (Bottleneck)", f"--set {F}.layout=18")
     positive_int(f"{F}.width", width)
+    if small_input is not None and not isinstance(small_input, bool):
+        raise bad_value(f"{F}.small_input", small_input, "true, false or null (null: true below 96 px)",
+                        f"--set {F}.small_input=true")
     if small_input is None:
         # The ImageNet stem divides the image by 4 before stage 1; below 96 px that leaves too little.
         small_input = min(h, w) < 96
-    return ResNet((h, w), c, num_classes or info.num_classes, layout, width, bool(small_input))
+    return ResNet((h, w), c, _classes(info, num_classes), layout, width, bool(small_input))
 
 
 def build_gpt(info: DataInfo, *, n_layer: int = 12, n_head: int = 12, n_embd: int = 768,
@@ -94,4 +105,4 @@ def build_mlp(info: DataInfo, *, hidden: int = 256, depth: int = 2, dropout: flo
     positive_int(f"{F}.hidden", hidden)
     positive_int(f"{F}.depth", depth, allow_zero=True)
     fraction(f"{F}.dropout", dropout)
-    return MLP(info.input_shape, num_classes or info.num_classes, hidden, depth, float(dropout))
+    return MLP(info.input_shape, _classes(info, num_classes), hidden, depth, float(dropout))

@@ -1,0 +1,167 @@
+"""``rubin compare``: baseline rules, peer outliers, environment diff and a speedup table.
+
+Rules are SuperBench style (see ``rules_default.yaml``). A decision uses the NEW figure's 95%
+interval against a threshold set from the baseline median: pass when the whole interval is on the
+good side, fail when the whole interval is on the bad side, marginal when it straddles. A metric
+that a rule covers in the baseline but that is missing in the new file fails (SuperBench
+``failure_check``). Verdicts: pass < marginal < fail; the overall verdict is the worst one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from importlib import resources
+from pathlib import Path
+from statistics import median
+
+from rubin.bench import metrics as M
+from rubin.errors import UsageError, bad_value
+
+SCHEMA_VERSION = 1
+CRITERIA = ("max_below_pct", "max_above_pct", "within_pct")
+ORDER = {"pass": 0, "marginal": 1, "fail": 2}
+
+
+def load_rules(path: str | Path | None = None) -> dict:
+    import yaml
+
+    if path is None:
+        text, where = resources.files("rubin.bench").joinpath("rules_default.yaml").read_text(), "default rules"
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise UsageError(f"--rules {str(p)!r} does not exist; pass a YAML file like rubin/bench/rules_default.yaml")
+        text, where = p.read_text(), str(p)
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{where} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    rules = doc.get("rules")
+    if not isinstance(rules, list) or not rules:
+        raise bad_value(f"{where}: rules", rules, "a non-empty list of {name, metrics, <criterion>}")
+    for i, r in enumerate(rules):
+        crit = [c for c in CRITERIA if c in r]
+        if not isinstance(r, dict) or not r.get("metrics") or len(crit) != 1:
+            raise bad_value(f"{where}: rules[{i}]", r, f"name, metrics (globs) and exactly one of {', '.join(CRITERIA)}")
+        value = r[crit[0]]
+        if not isinstance(value, (int, float)) or value < 0:
+            raise bad_value(f"{where}: rules[{i}].{crit[0]}", value, "a percentage >= 0")
+        r.setdefault("name", f"rule {i}")
+    doc.setdefault("outliers", {})
+    doc.setdefault("env_ignore", [])
+    return doc
+
+
+def _rule_for(key: str, rules: list[dict]) -> dict | None:
+    for r in rules:
+        if any(fnmatch.fnmatchcase(key, pat) for pat in r["metrics"]):
+            return r
+    return None
+
+
+def judge(base: dict, new: dict | None, rule: dict) -> dict:
+    """One metric: baseline figure, new figure (or None) and a rule -> verdict row."""
+    b = base["median"]
+    crit = next(c for c in CRITERIA if c in rule)
+    pct = float(rule[crit]) / 100.0
+    row = {"rule": rule["name"], "criterion": f"{crit}={rule[crit]}", "baseline": b, "new": None, "ci95": None, "change_pct": None}
+    if new is None or new.get("median") is None:
+        return {**row, "verdict": "fail", "reason": "missing in the new results"}
+    lo, hi = new["ci95"]
+    row.update(new=new["median"], ci95=[lo, hi], change_pct=100.0 * (new["median"] - b) / b if b else None)
+    checks = []
+    if crit in ("max_below_pct", "within_pct"):
+        thr = b * (1 - pct)
+        checks.append("pass" if lo >= thr else "fail" if hi < thr else "marginal")
+    if crit in ("max_above_pct", "within_pct"):
+        thr = b * (1 + pct)
+        checks.append("pass" if hi <= thr else "fail" if lo > thr else "marginal")
+    verdict = max(checks, key=ORDER.get)
+    reason = {"pass": "within the limit", "fail": "the whole 95% interval is past the limit",
+              "marginal": "the 95% interval straddles the limit: rerun with more trials"}[verdict]
+    return {**row, "verdict": verdict, "reason": reason}
+
+
+def rule_verdicts(base_doc: dict, new_doc: dict, rules: list[dict]) -> list[dict]:
+    bm, nm = M.flatten(base_doc), M.flatten(new_doc)
+    rows = []
+    for key, m in bm.items():
+        rule = _rule_for(key, rules)
+        if rule is None:
+            continue
+        rows.append({"metric": key, **judge(m["figure"], (nm.get(key) or {}).get("figure"), rule)})
+    return rows
+
+
+def outliers(doc: dict, cfg: dict) -> list[dict]:
+    """GPUs more than X% below the median of their node peers, inside one results file."""
+    pct = float(cfg.get("max_below_peer_median_pct", 10)) / 100.0
+    pats = cfg.get("metrics") or ["matmul/*/tflops", "membw/*/gbps"]
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for key, m in M.flatten(doc).items():
+        if m["device"] and any(fnmatch.fnmatchcase(key, p) for p in pats):
+            groups.setdefault(m["group"], []).append((m["device"], m["figure"]["median"]))
+    found = []
+    for group, vals in groups.items():
+        if len(vals) < 2:
+            continue
+        for dev, v in vals:
+            peers = median(x for d, x in vals if d != dev)
+            if peers and v < peers * (1 - pct):
+                found.append({"metric": group, "device": dev, "value": v, "peer_median": peers,
+                              "below_pct": 100.0 * (peers - v) / peers, "verdict": "fail"})
+    return found
+
+
+def _flat(d, prefix=""):
+    out = {}
+    for k, v in (d or {}).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def env_diff(base_env: dict, new_env: dict, ignore: list[str]) -> list[dict]:
+    a, b = _flat(base_env), _flat(new_env)
+    rows = []
+    for key in sorted(set(a) | set(b)):
+        if any(fnmatch.fnmatchcase(key, pat) for pat in ignore):
+            continue
+        if a.get(key) != b.get(key):
+            rows.append({"field": key, "baseline": a.get(key), "new": b.get(key)})
+    return rows
+
+
+def speedups(base_doc: dict, new_doc: dict) -> list[dict]:
+    """New against old per workload: > 1 means the new platform is faster."""
+    hb, hn = M.headline(base_doc), M.headline(new_doc)
+    rows = []
+    for name, (b, better) in hb.items():
+        if name in hn and b and hn[name][0]:
+            n = hn[name][0]
+            rows.append({"workload": name, "baseline": b, "new": n, "speedup": n / b if better == "higher" else b / n})
+    return rows
+
+
+def compare(base_doc: dict | None, new_doc: dict, rules_doc: dict, *, strict: bool = False) -> dict:
+    rows = rule_verdicts(base_doc, new_doc, rules_doc["rules"]) if base_doc else []
+    peer = outliers(new_doc, rules_doc.get("outliers") or {})
+    worst = max([r["verdict"] for r in rows] + [o["verdict"] for o in peer] + ["pass"], key=ORDER.get)
+    if strict and worst == "marginal":
+        worst = "fail"
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ORDER}
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": "rubin.compare",
+        "baseline": _ident(base_doc) if base_doc else None, "new": _ident(new_doc),
+        "verdict": worst, "counts": counts, "metrics": rows, "outliers": peer,
+        "env_diff": env_diff(base_doc["env"], new_doc["env"], rules_doc.get("env_ignore", [])) if base_doc else [],
+        "speedup": speedups(base_doc, new_doc) if base_doc else [],
+    }
+
+
+def _ident(doc: dict) -> dict:
+    return {"device": doc["device"]["name"], "count": doc["device"]["count"], "spec": (doc.get("spec") or {}).get("key"),
+            "created": doc["created"], "preset": doc["preset"], "path": doc.get("_path")}

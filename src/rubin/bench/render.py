@@ -1,0 +1,102 @@
+"""Rich tables for ``rubin bench`` results (the CLI prints; this module formats)."""
+
+from __future__ import annotations
+
+
+def _f(x, digits=2) -> str:
+    if x is None:
+        return "-"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.3g}" if abs(x) < 10 else f"{x:.{digits}f}"
+
+
+def _ci(fig: dict, scale: float = 1.0) -> str:
+    if not fig or fig.get("median") is None:
+        return "-"
+    lo, hi = fig["ci95"]
+    return f"{_f(fig['median'] * scale)} [{_f(lo * scale)}, {_f(hi * scale)}]"
+
+
+def _size(n: int) -> str:
+    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= div:
+            return f"{n / div:g} {unit}"
+    return f"{n} B"
+
+
+def tables(doc: dict) -> list:
+    from rich.table import Table
+
+    out = []
+    b = doc["benchmarks"]
+    spec = doc.get("spec")
+    head = Table(title="rubin bench", show_header=False)
+    head.add_row("device", f"{doc['device']['name']} x{doc['device']['count']} ({doc['device']['type']})")
+    head.add_row("spec", f"{spec['key']}{' (preliminary)' if spec.get('preliminary') else ''}" if spec else
+                 f"none ({doc['spec_match'].get('reason')}): no % of spec")
+    head.add_row("preset", f"{doc['preset']}, {doc['wall_s']:.1f} s")
+    out.append(head)
+    if "matmul" in b and b["matmul"].get("rows"):
+        t = Table(title="matmul (TFLOPS: median [95% CI])")
+        for c in ("device", "dtype", "m x n x k", "TFLOPS", "% spec"):
+            t.add_column(c, justify="right" if c in ("TFLOPS", "% spec") else "left")
+        for r in b["matmul"]["rows"]:
+            t.add_row(r["device"], r["dtype"], f"{r['m']}x{r['n']}x{r['k']}", _ci(r["tflops"], 1.0 if r["tflops"]["median"] > 1 else 1.0),
+                      _f(r.get("pct_of_spec"), 1))
+        out.append(t)
+    for name, title in (("membw", "device memory copy"), ("h2d", "host <-> device")):
+        if name in b and b[name].get("rows"):
+            t = Table(title=f"{title} (GB/s: median [95% CI])")
+            for c in ("device", "op", "memory", "size", "GB/s", "% spec"):
+                t.add_column(c)
+            for r in b[name]["rows"]:
+                t.add_row(r["device"], r["op"], r.get("memory", "-"), _size(r["bytes"]), _ci(r["gbps"]), _f(r.get("pct_of_spec"), 1))
+            out.append(t)
+    if "launch" in b and b["launch"].get("rows"):
+        t = Table(title="kernel launch latency (us: median [95% CI])")
+        for c in ("device", "wall us/launch", "device us/kernel"):
+            t.add_column(c)
+        for r in b["launch"]["rows"]:
+            t.add_row(r["device"], _ci(r["wall_us"]), _ci(r["event_us"]))
+        out.append(t)
+    if "collectives" in b and b["collectives"].get("rows"):
+        t = Table(title="collectives (nccl-tests conventions; GB/s = 1e9 B/s)")
+        for c in ("op", "n", "size", "time us", "algbw", "busbw GB/s [95% CI]", "check"):
+            t.add_column(c)
+        for r in b["collectives"]["rows"]:
+            t.add_row(r["op"], str(r["ranks"]), _size(r["bytes"]), _f(r["time_us"]["median"], 1), _f(r["algbw_gbps"]["median"], 3),
+                      _ci(r["busbw_gbps"]), "ok" if r["verified"] else f"{r['wrong']} WRONG")
+        out.append(t)
+    if "io" in b and b["io"].get("rows"):
+        t = Table(title="io")
+        for c in ("op", "figure (median [95% CI])"):
+            t.add_column(c)
+        for r in b["io"]["rows"]:
+            fig = r.get("gbps") or r.get("samples_per_s")
+            t.add_row(r["op"], _ci(fig) + (" GB/s" if "gbps" in r else " samples/s"))
+        out.append(t)
+    if "model" in b and b["model"].get("rows"):
+        t = Table(title="model benchmarks (the real training loop)")
+        for c in ("workload", "prec", "samples/s", "tokens/s", "step ms p50/p90", "peak mem", "MFU", "MAMF-MFU", "J/sample"):
+            t.add_column(c)
+        for r in b["model"]["rows"]:
+            p50, p90 = r["step_time_median_s"]["median"], r["step_time_p90_s"]["median"]
+            mfu = r["mfu"]["median"]
+            t.add_row(r["workload"], r["precision"], _ci(r["samples_per_s"], 1), _f(r["tokens_per_s"]["median"], 0),
+                      f"{_f(p50 and p50 * 1e3, 1)}/{_f(p90 and p90 * 1e3, 1)}",
+                      _size(r["peak_mem_bytes"]) if r.get("peak_mem_bytes") else "-",
+                      f"{mfu:.1%}" if mfu is not None else "-", f"{r['mamf_mfu']:.1%}" if r.get("mamf_mfu") else "-",
+                      _f(r["energy_j_per_sample"]["median"], 3))
+        out.append(t)
+    problems = Table(title="not measured / errors", show_header=False)
+    for name, e in b.items():
+        if e.get("error"):
+            problems.add_row(name, f"[red]{e['error']}[/red]")
+        for s in e.get("skipped", []):
+            problems.add_row(name, f"{s.get('dtype', '')} skipped: {s['reason']}")
+        for n in e.get("notes", []):
+            problems.add_row(name, n)
+    if problems.row_count:
+        out.append(problems)
+    return out

@@ -1,0 +1,1 @@
+"""Facts -> findings: the doctor's checks, the error knowledge base and ``--explain``."""

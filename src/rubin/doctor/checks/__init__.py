@@ -1,0 +1,1 @@
+"""The checks, one module per concept. Importing a module registers its checks (``registry.check``)."""

@@ -1,0 +1,128 @@
+"""AsyncCheckpointer (``checkpoint.async``): snapshot at a step boundary, write and commit behind the loop.
+
+The loop is stalled only for the snapshot (tensors copied to CPU memory, pinned when CUDA is
+there) and for ``store.begin`` (one barrier, issued from the loop's own thread). The background
+thread writes the files and commits with ``coordinate="files"``: each rank drops a
+``.done-rank-N`` file and rank 0's thread waits for all of them, then manifests and commits.
+We chose files over a second process group because a collective from a second thread on the
+training group can deadlock against the loop's own collectives, a dedicated group would be
+one more thing for the trainer to create and time out, and a rank that dies just leaves an
+uncommitted tmp folder behind, which resume ignores.
+
+Only one save is in flight. A later ``submit`` either waits for it (``policy="wait"``) or is
+skipped (``policy="skip"``, one rank only: with several ranks a skip decided locally would
+leave peers at a barrier, so it waits instead). Either way an event says so.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from rubin.errors import bad_value
+from rubin.train.checkpoint.store import CheckpointStore
+
+POLICIES = ("wait", "skip")
+
+
+def snapshot_to_cpu(obj: Any) -> Any:
+    """A deep copy of OBJ with every tensor copied to CPU memory (pinned when CUDA is available)."""
+    import torch
+
+    from rubin.platform import device as dev
+
+    pin = dev.cuda_available()
+
+    def copy(x):
+        if isinstance(x, torch.Tensor):
+            x = x.detach()
+            if x.device.type == "cpu" and not pin:
+                return x.clone()
+            out = torch.empty(x.shape, dtype=x.dtype, pin_memory=pin) if x.is_contiguous() else torch.empty_like(x, device="cpu")
+            out.copy_(x, non_blocking=pin)
+            return out
+        if isinstance(x, dict):
+            items = [(k, copy(v)) for k, v in x.items()]
+            return dict(items) if type(x) is dict else type(x)(items)  # keeps OrderedDict (state dicts)
+        if isinstance(x, list):
+            return [copy(v) for v in x]
+        if isinstance(x, tuple):
+            return type(x)(*(copy(v) for v in x)) if hasattr(x, "_fields") else tuple(copy(v) for v in x)
+        return x
+
+    out = copy(obj)
+    if pin:
+        torch.cuda.synchronize()  # the non_blocking copies must land before the loop mutates the source
+    return out
+
+
+class AsyncCheckpointer:
+    def __init__(
+        self,
+        store: CheckpointStore,
+        on_event: Callable[[str, dict], None] | None = None,
+        *,
+        policy: str = "wait",
+    ):
+        if policy not in POLICIES:
+            raise bad_value("checkpoint.async_policy", policy, f"one of {', '.join(POLICIES)}")
+        self.store = store
+        self.on_event = on_event or store.on_event
+        self.policy = policy
+        if policy == "skip" and store.world_size > 1:
+            self.policy = "wait"
+            self.on_event("warning", {"message": "checkpoint async policy 'skip' needs one rank; with "
+                                      f"{store.world_size} ranks a save waits for the previous one instead"})
+        self._thread: threading.Thread | None = None
+        self._inflight_step: int | None = None
+        self._error: BaseException | None = None
+        self.last_write_s: float | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(self, step: int, write: Callable[[Any], None], meta: dict) -> bool:
+        """Start writing STEP with ``write(tmp_dir)`` in the background; False when skipped.
+
+        WRITE must only touch memory that the loop no longer mutates (a snapshot).
+        """
+        self._raise_pending()
+        if self.busy:
+            if self.policy == "skip":
+                self.on_event("checkpoint_skipped", {"step": step, "reason": f"the save of step {self._inflight_step} is still being written"})
+                return False
+            t0 = time.perf_counter()
+            prev = self._inflight_step
+            self._thread.join()
+            self.on_event("warning", {"message": f"checkpoint of step {step} waited {time.perf_counter() - t0:.2f} s for the save of step {prev}",
+                                      "step": step, "waited_s": round(time.perf_counter() - t0, 4)})
+            self._raise_pending()
+        tmp = self.store.begin(step)  # in the loop's thread: its barrier is safe here
+        self._inflight_step = step
+        self._thread = threading.Thread(target=self._run, args=(step, tmp, write, meta), name=f"rubin-ckpt-{step}", daemon=True)
+        self._thread.start()
+        return True
+
+    def _run(self, step: int, tmp, write, meta: dict) -> None:
+        t0 = time.perf_counter()
+        try:
+            write(tmp)
+            self.store.commit(step, tmp, meta, coordinate="files")
+            self.last_write_s = time.perf_counter() - t0
+        except BaseException as err:  # noqa: BLE001 - handed to the loop on its next call
+            self.store.abort(tmp)
+            self._error = err
+
+    def _raise_pending(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def wait(self) -> None:
+        """Join the save in flight (if any), then re-raise its error."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._raise_pending()

@@ -1,0 +1,124 @@
+"""Hang watchdog: a daemon thread that reports and ends a rank whose step stopped advancing.
+
+When this rank's step has not changed for ``timeout_s`` it writes ``hang-rank-N.txt`` (rank,
+step, phase and every thread's Python stack via faulthandler), names the stalled rank(s) from
+all ranks' heartbeat files, calls ``on_hang``, prints one line and exits non-zero. Every live
+rank does the same, so the run ends in about ``timeout_s`` instead of waiting for NCCL's
+10-30 minute collective timeout.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from rubin.errors import ExitCode
+from rubin.train.faults.heartbeat import Heartbeat, read_all
+
+WAITING_PHASES = ("collective", "checkpoint")  # a rank here is usually waiting on a peer, not the cause
+STALE_FILE_S = 5.0  # a heartbeat file older than this: that process is dead or frozen (its watchdog cannot write)
+
+
+def stalled_ranks(beats: dict[int, dict | None], now: float | None = None) -> tuple[list[int], str]:
+    """Which ranks stalled, and why, from all heartbeat files."""
+    now = time.time() if now is None else now
+    missing = [r for r, b in beats.items() if b is None]
+    if missing:
+        return missing, "no heartbeat file (never started or died)"
+    stale = [r for r, b in beats.items() if now - b.get("written_time", 0) > STALE_FILE_S]
+    if stale:
+        return stale, "heartbeat file no longer updated (process dead or frozen)"
+    steps = {r: b["step"] for r, b in beats.items()}
+    low = min(steps.values())
+    if low != max(steps.values()):
+        return sorted(r for r, s in steps.items() if s == low), f"behind the others at step {low}"
+    busy = sorted(r for r, b in beats.items() if b.get("phase") not in WAITING_PHASES)
+    if busy and len(busy) < len(beats):
+        return busy, "in a compute phase while the others wait in a collective"
+    oldest = min(b["beat_time"] for b in beats.values())
+    return sorted(r for r, b in beats.items() if b["beat_time"] - oldest < 0.5), "oldest heartbeat"
+
+
+class Watchdog:
+    def __init__(
+        self,
+        heartbeat: Heartbeat,
+        timeout_s: float,
+        run_dir: str | os.PathLike,
+        rank: int,
+        world_size: int,
+        on_hang: Callable[[dict], None] | None = None,
+        *,
+        exit: bool = True,
+        poll_s: float | None = None,
+    ):
+        self.heartbeat, self.timeout_s = heartbeat, float(timeout_s)
+        self.run_dir, self.rank, self.world_size = Path(run_dir), rank, world_size
+        self.on_hang = on_hang or (lambda details: None)
+        self.exit = exit  # tests of the report itself set False
+        self.poll_s = poll_s if poll_s is not None else min(1.0, max(self.timeout_s / 4, 0.05))
+        self.report_path = self.run_dir / f"hang-rank-{rank}.txt"
+        self.fired: dict | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "Watchdog":
+        self.heartbeat.step_changed_at = time.monotonic()  # the clock starts now, not at construction
+        self.heartbeat.flush()
+        self._thread = threading.Thread(target=self._loop, name=f"rubin-watchdog-{self.rank}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self.heartbeat.flush()  # keeps this rank's file fresh even while the loop is stuck
+            stuck = time.monotonic() - self.heartbeat.step_changed_at
+            if stuck >= self.timeout_s:
+                self.fire(stuck)
+                return
+
+    def fire(self, stuck_s: float) -> dict:
+        hb = self.heartbeat
+        time.sleep(min(1.5, self.poll_s * 2))  # let peers' watchdogs refresh their files once more
+        names, why = stalled_ranks(read_all(self.run_dir, self.world_size))
+        details = {"rank": self.rank, "step": hb.step, "phase": hb.phase, "stuck_s": round(stuck_s, 2),
+                   "timeout_s": self.timeout_s, "stalled_ranks": names, "why": why, "report": str(self.report_path)}
+        self._write_report(details)
+        self.fired = details
+        try:
+            self.on_hang(details)
+        except Exception:  # noqa: BLE001 - reporting must not stop the exit
+            pass
+        msg = (f"rubin: error: hang: rank(s) {', '.join(map(str, names))} stalled ({why}); this rank {self.rank} made no "
+               f"progress for {stuck_s:.1f} s at step {hb.step} (phase {hb.phase}), over faults.hang_timeout_s="
+               f"{self.timeout_s:g}; stacks in {self.report_path}")
+        print(msg, file=sys.stderr, flush=True)
+        if self.exit:
+            sys.stdout.flush()
+            os._exit(int(ExitCode.FAILURE))
+        return details
+
+    def _write_report(self, details: dict) -> None:
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.report_path, "w") as f:
+                for key in ("rank", "step", "phase", "stuck_s", "timeout_s", "stalled_ranks", "why"):
+                    f.write(f"{key}: {details[key]}\n")
+                f.write("\nPython stacks of all threads:\n")
+                f.flush()
+                faulthandler.dump_traceback(file=f, all_threads=True)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            pass

@@ -1,0 +1,76 @@
+"""Micro benchmarks on CPU with small sizes: matmul, memory copy, host copies, launch, io."""
+
+import pytest
+import torch
+
+from rubin.bench import matmul, memory, storage
+from rubin.bench.suites import Context
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    return Context(device=torch.device("cpu"), devices=[torch.device("cpu")], gpu_count=0, workdir=tmp_path)
+
+
+def test_matmul_rows_and_the_mamf_summary(ctx):
+    params = {"dtypes": ["fp32", "tf32", "fp8"], "shapes": [[64, 32, 16], [128, 128, 128]], "warmup": 1, "trials": 6,
+              "flush_bytes": 2**20}
+    out = matmul.run(params, ctx)
+    rows = out["rows"]
+    assert [(r["dtype"], r["m"], r["n"], r["k"]) for r in rows] == [("fp32", 64, 32, 16), ("fp32", 128, 128, 128)]
+    for r in rows:
+        # TFLOPS = 2mnk / time, per sample, so the medians agree.
+        assert r["tflops"]["median"] == pytest.approx(2 * r["m"] * r["n"] * r["k"] / (r["time_us"]["median"] * 1e-6) / 1e12)
+        assert r["pct_of_spec"] is None  # a CPU has no catalog row: no % of spec, never a guess
+    s = out["summary"]["cpu"]["fp32"]
+    assert s["mamf_tflops"] == max(r["tflops"]["median"] for r in rows)
+    assert s["max_sample_tflops"] >= s["mamf_tflops"]
+    # tf32 and fp8 are GPU features: recorded as skipped with the reason, not silently dropped.
+    assert {x["dtype"] for x in out["skipped"]} == {"tf32", "fp8"}
+    assert all(x["reason"] for x in out["skipped"])
+
+
+def test_matmul_unknown_dtype_is_a_usage_error(ctx):
+    from rubin.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"matmul.dtypes='int4'"):
+        matmul.run({"dtypes": ["int4"], "shapes": [[8, 8, 8]], "warmup": 0, "trials": 1}, ctx)
+
+
+def test_membw_counts_bytes_read_plus_written(ctx):
+    out = memory.membw_run({"bytes": [2**20], "warmup": 1, "trials": 6, "iters": 2}, ctx)
+    r = out["rows"][0]
+    assert r["gbps"]["median"] == pytest.approx(2 * 2**20 / (r["time_us"]["median"] * 1e-6) / 1e9)
+
+
+def test_h2d_without_gpu_runs_host_copies_and_says_so(ctx):
+    out = memory.h2d_run({"bytes": [2**20], "warmup": 1, "trials": 3, "iters": 1}, ctx)
+    assert {(r["op"], r["memory"]) for r in out["rows"]} == {("h2d", "pageable"), ("d2h", "pageable")}
+    assert any("not a PCIe figure" in n for n in out["notes"])
+
+
+def test_launch_latency_rows(ctx):
+    out = memory.launch_run({"kernels": 20, "warmup": 2, "trials": 6}, ctx)
+    r = out["rows"][0]
+    assert r["kernels"] == 20 and r["wall_us"]["median"] > 0 and r["event_us"]["n"] == 6
+
+
+def test_io_writes_and_reads_in_the_given_dir_and_cleans_up(ctx, tmp_path):
+    params = storage.defaults(True, ctx)
+    params.update(dir=str(tmp_path), bytes=2**20, chunk_bytes=2**18, trials=3)
+    params["dataloader"].update(samples=64, batch_size=16, batches=2, trials=3)
+    out = storage.run(params, ctx)
+    ops = {r["op"]: r for r in out["rows"]}
+    assert set(ops) == {"disk_write", "disk_read", "dataloader"}
+    assert ops["disk_write"]["dir"] == str(tmp_path) and ops["disk_write"]["bytes"] == 2**20
+    assert "fsync" in out["method"]["write"]
+    assert list(tmp_path.iterdir()) == []  # the benchmark files are gone
+
+
+def test_io_missing_dir_is_a_usage_error(ctx, tmp_path):
+    from rubin.errors import UsageError
+
+    params = storage.defaults(True, ctx)
+    params["dir"] = str(tmp_path / "nope")
+    with pytest.raises(UsageError, match=r"io.dir="):
+        storage.run(params, ctx)

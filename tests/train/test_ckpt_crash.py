@@ -1,0 +1,85 @@
+"""Real processes killed mid-save, and a really full disk (RLIMIT_FSIZE): nothing torn is ever used."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rubin.train.checkpoint import CheckpointStore
+
+WORKER = Path(__file__).resolve().parents[1] / "fixtures" / "ckpt" / "worker.py"
+
+
+def spawn(args, fault=None):
+    env = dict(os.environ)
+    env.pop("RUBIN_FAULT", None)
+    if fault:
+        env["RUBIN_FAULT"] = fault
+    return subprocess.Popen([sys.executable, str(WORKER), *map(str, args)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_line(proc, text, timeout=60):
+    """Read stderr until TEXT appears (the fault harness announces a pause there)."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            break
+        seen.append(line)
+        if text in line:
+            return
+    proc.kill()
+    raise AssertionError(f"never saw {text!r}; stderr: {''.join(seen)[-2000:]}")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("phase", ["checkpoint", "manifest", "commit"])
+def test_sigkill_mid_save_leaves_no_committed_torn_checkpoint(tmp_path, phase):
+    proc = spawn(["save", tmp_path, 1, 2], fault=f"pause@step=2,phase={phase},seconds=60")
+    wait_for_line(proc, f"pause 60 s at {phase} step=2")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    tmp = tmp_path / ".tmp-step-00000002"
+    assert tmp.is_dir() and (tmp / "model.pt").is_file()  # the kill really landed mid-save
+    assert not (tmp_path / "step-00000002").exists()
+    events = []
+    store = CheckpointStore(tmp_path, keep_last=3, on_event=lambda k, d: events.append(k))
+    assert store.latest_valid() == (1, tmp_path / "step-00000001") and events == []
+    assert not tmp.exists()  # the restart cleaned it
+
+
+@pytest.mark.timeout(60)
+def test_really_full_disk_gives_a_clear_error_and_keeps_the_previous(tmp_path):
+    proc = spawn(["rlimit", tmp_path])
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "RubinError: checkpoint write failed: disk full (File too large)" in err
+    assert "previous committed one is kept" in err
+    store = CheckpointStore(tmp_path, keep_last=3)
+    assert store.latest_valid() == (1, tmp_path / "step-00000001")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000001"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("phase", ["checkpoint", "commit"])
+def test_sigkill_during_async_background_write_leaves_a_resumable_state(tmp_path, phase):
+    proc = spawn(["async", tmp_path], fault=f"pause@step=2,phase={phase},seconds=60")
+    wait_for_line(proc, f"pause 60 s at {phase} step=2")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    out = proc.stdout.read()
+    assert "submitted 2" in out  # the loop had moved on: the write was in the background
+    assert not (tmp_path / "step-00000002").exists()
+    store = CheckpointStore(tmp_path, keep_last=3)
+    latest = store.latest_valid()
+    assert latest == (1, tmp_path / "step-00000001") and store.verify(latest[1]) == []
+    from rubin.train.checkpoint import load_file
+
+    assert int(load_file(latest[1] / "model.pt")["step"]) == 1

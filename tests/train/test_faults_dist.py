@@ -1,0 +1,92 @@
+"""Two real gloo ranks: DCP shards under one manifest, preemption agreement, the hang watchdog."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rubin.train.checkpoint import MANIFEST, CheckpointStore
+
+WORKER = Path(__file__).resolve().parents[1] / "fixtures" / "ckpt" / "worker.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_ranks(args, fault=None, timeout=60):
+    """Start 2 ranks of the worker, as torchrun would (RANK, WORLD_SIZE, MASTER_*)."""
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env.pop("RUBIN_FAULT", None)
+        if fault:
+            env["RUBIN_FAULT"] = fault
+        procs.append(subprocess.Popen([sys.executable, str(WORKER), *map(str, args)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    t0 = time.monotonic()
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return results, time.monotonic() - t0
+
+
+@pytest.mark.timeout(90)
+def test_two_ranks_write_dcp_shards_and_rank0_commits_them_all(tmp_path):
+    results, _ = two_ranks(["dcp", tmp_path])
+    for code, out, err in results:
+        assert code == 0, err[-3000:]
+        assert "latest 2" in out
+    store = CheckpointStore(tmp_path, keep_last=2)
+    path = tmp_path / "step-00000002"
+    assert store.latest_valid() == (2, path)
+    man = json.loads((path / MANIFEST).read_text())
+    on_disk = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file() and p.name not in ("MANIFEST.json", "COMMITTED"))
+    assert sorted(man["files"]) == on_disk
+    shards = [f for f in on_disk if f.endswith(".distcp")]
+    assert len(shards) == 2 and "dcp/.metadata" in on_disk and {"rng-rank-0.pt", "rng-rank-1.pt"} <= set(on_disk)
+    assert man["world_size"] == 2 and man["strategy"] == "fsdp"
+    (path / shards[1]).unlink()  # a shard lost after the fact is caught, and resume falls back
+    assert store.latest_valid()[0] == 1
+
+
+@pytest.mark.timeout(90)
+def test_preemption_flag_agreed_when_only_one_rank_got_the_signal(tmp_path):
+    results, _ = two_ranks(["preempt", tmp_path])
+    assert [code for code, _, _ in results] == [75, 75], [e[-2000:] for _, _, e in results]
+    assert "rank 0 stopped at step 3 requested=False signal=None" in results[0][1]
+    assert "rank 1 stopped at step 3 requested=True signal=SIGTERM" in results[1][1]
+
+
+@pytest.mark.timeout(90)
+def test_watchdog_names_the_stalled_rank_and_both_exit(tmp_path):
+    timeout_s = 3
+    results, wall = two_ranks(["watchdog", tmp_path, timeout_s], fault="stall@step=5,rank=1,seconds=600", timeout=80)
+    codes = [code for code, _, _ in results]
+    assert all(c not in (0, None) for c in codes), codes
+    for rank, (_, out, err) in enumerate(results):
+        assert "finished without a hang" not in out
+        assert "hang: rank(s) 1 stalled" in err, err[-2000:]
+        report = (tmp_path / f"hang-rank-{rank}.txt").read_text()
+        assert "stalled_ranks: [1]" in report and "step: 5" in report
+        assert "Python stacks of all threads" in report and "scenario_watchdog" in report
+        stuck = float(report.split("stuck_s: ")[1].split()[0])
+        assert timeout_s <= stuck <= timeout_s + 10
+    assert "phase: forward" in (tmp_path / "hang-rank-1.txt").read_text()
+    assert "phase: collective" in (tmp_path / "hang-rank-0.txt").read_text()
+    assert wall < 30 + timeout_s + 10  # process start (~30 s worst case on 2 busy cores) + timeout + 10 s

@@ -1,0 +1,115 @@
+"""rubin train end to end, in-process: the run dir contract, resume-by-rerun, bad input."""
+
+import json
+
+import pytest
+
+from trainhelp import events, losses, mlp_args, summary
+from utils import invoke
+
+
+def test_run_dir_contract(tmp_path):
+    run = tmp_path / "run"
+    r = invoke(["train", "--quiet", *mlp_args(run, 12, "checkpoint.every_steps=5", "run.eval_every_steps=6")])
+    assert r.exit_code == 0, r.stderr
+    for name in ("config.yaml", "env.json", "metrics.jsonl", "eval.jsonl", "events.jsonl", "summary.json"):
+        assert (run / name).is_file(), name
+    s = summary(run)
+    assert s["status"] == "completed" and s["steps"] == 12
+    assert len(s["param_digest"]) == 64
+    assert s["samples_per_s"] > 0 and s["wall_s"] > 0
+    assert 0 <= s["eval"]["accuracy"] <= 1
+    rows = [json.loads(l) for l in open(run / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    assert set(rows[-1]["time"]) == {"data_s", "compute_s", "ckpt_s", "step_s"}
+    assert rows[-1]["mem"]["peak_bytes"] > 0
+    assert rows[4]["time"]["ckpt_s"] > 0  # step 5 saved a checkpoint and the stall is counted
+    assert [e["step"] for e in map(json.loads, open(run / "eval.jsonl"))] == [6, 12]
+    steps = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert steps == ["step-00000005", "step-00000010", "step-00000012"]
+    assert all((run / "checkpoints" / s / "COMMITTED").exists() for s in steps)
+    assert "mlp" in (run / "config.yaml").read_text()
+
+
+def test_rerun_resumes_and_a_finished_run_stays_finished(tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "--quiet", *mlp_args(run, 8, "checkpoint.every_steps=4")]
+    assert invoke(args).exit_code == 0
+    first = summary(run)
+    assert invoke(args).exit_code == 0
+    again = summary(run)
+    assert again["param_digest"] == first["param_digest"]
+    kinds = [e["kind"] for e in events(run)]
+    assert "resume" in kinds and kinds.count("start") == 2
+
+
+def test_different_config_in_same_dir_is_refused_then_forced(tmp_path):
+    run = tmp_path / "run"
+    assert invoke(["train", "--quiet", *mlp_args(run, 4)]).exit_code == 0
+    before = (run / "summary.json").read_text()
+    r = invoke(["train", "--quiet", *mlp_args(run, 4, "optim.lr=0.5")])
+    assert r.exit_code == 2
+    assert "different config" in r.stderr and "optim.lr" in r.stderr
+    assert (run / "summary.json").read_text() == before  # nothing touched
+    r = invoke(["train", "--quiet", "--force", *mlp_args(run, 4, "optim.lr=0.5")])
+    assert r.exit_code == 0, r.stderr
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("run.old-")]
+    assert len(aside) == 1 and (aside[0] / "summary.json").read_text() == before
+
+
+BAD = [
+    (["model.nme=mlp"], "unknown key 'model.nme' (did you mean 'name'?)"),
+    (["run.max_steps=many"], "run.max_steps='many' is not valid"),
+    (["model.name=transformerz"], "model.name"),
+    (["data.name=imagenet"], "data.name"),
+    (["data.name=cifar10", "data.args={}", "data.path=/definitely/not/here"], "data.path='/definitely/not/here' is not valid: no such file"),
+    (["data.batch_size=32", "data.micro_batch_size=5"], "data.micro_batch_size=5 does not divide"),
+    (["precision=fp16"], "precision='fp16' is not valid: fp16 needs a CUDA GPU"),
+    (["model.import=no_such_pkg.models:build"], "model.import"),
+    (["optim.lr=-1"], "optim.lr=-1 is not valid"),
+    (["run.max_steps=null"], "run.max_steps and run.epochs are both missing"),
+]
+
+
+@pytest.mark.parametrize("override,needle", BAD, ids=[b[1][:30] for b in BAD])
+def test_bad_input_is_one_line_exit_2_and_touches_nothing(tmp_path, override, needle):
+    run = tmp_path / "run"
+    r = invoke(["train", "--quiet", *mlp_args(run, 4, *override)])
+    assert r.exit_code == 2
+    assert needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not run.exists()
+
+
+def test_user_import_model_and_data(tmp_path, monkeypatch):
+    (tmp_path / "usercode_rubin_test.py").write_text(
+        "import torch\n"
+        "class Ring(torch.utils.data.Dataset):\n"
+        "    def __len__(self): return 256\n"
+        "    def __getitem__(self, i):\n"
+        "        g = torch.Generator().manual_seed(i)\n"
+        "        x = torch.randn(8, generator=g)\n"
+        "        return x, int(x[0] > 0)\n"
+        "def data():\n"
+        "    return Ring(), None\n"
+        "def model(width=16):\n"
+        "    m = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU(), torch.nn.Linear(width, 2))\n"
+        "    m.built_by_user = True\n"
+        "    return m\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    r = invoke(["train", "--quiet", *mlp_args(run, 30, "model.import=usercode_rubin_test:model", "model.args={width: 24}",
+                                              "data.import=usercode_rubin_test:data", "data.args={}", "optim.lr=0.02")])
+    assert r.exit_code == 0, r.stderr
+    ls = losses(run)
+    assert sum(ls[-5:]) / 5 < sum(ls[:5]) / 5 * 0.8  # it learned the rule
+    assert summary(run)["eval"] == {}  # no eval split given
+
+
+def test_print_config_and_help_config():
+    r = invoke(["train", "--print-config", "--set", "optim.lr=0.25"])
+    assert r.exit_code == 0 and "lr: 0.25" in r.stdout
+    r = invoke(["train", "--help-config"])
+    assert "distributed.strategy" in r.stdout and "FSDP2" in r.stdout
