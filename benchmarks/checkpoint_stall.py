@@ -40,6 +40,10 @@ def write(snap):
     return fn
 
 
+def write_snap(snap, tmp: Path):
+    write(snap)(tmp)
+
+
 def fmt(xs):
     return f"median {statistics.median(xs):7.3f} s   min {min(xs):7.3f}   max {max(xs):7.3f}"
 
@@ -53,10 +57,11 @@ def main() -> None:
     model, opt = build(args.params_m)
     n = sum(p.numel() for p in model.parameters())
     root = Path(args.dir or tempfile.mkdtemp(prefix="ckpt-stall-"))
-    sync_s, stall_s, bg_s, nbytes = [], [], [], []
+    sync_s, stall_s, fresh_s, bg_s, nbytes = [], [], [], [], []
     store = CheckpointStore(root / "sync", keep_last=1, on_event=lambda k, d: nbytes.append(d.get("bytes")) if k == "checkpoint_saved" else None)
     astore = CheckpointStore(root / "async", keep_last=1)
-    ac = AsyncCheckpointer(astore)
+    ac = AsyncCheckpointer(astore)  # reused staging buffers (the default)
+    ac_fresh = AsyncCheckpointer(CheckpointStore(root / "async-fresh", keep_last=1), reuse_buffers=False)
     for trial in range(args.trials):
         step = trial + 1
         t0 = time.perf_counter()
@@ -65,17 +70,25 @@ def main() -> None:
 
         t0 = time.perf_counter()
         snap = snapshot_to_cpu({"model": model.state_dict(), "optim": opt.state_dict()})
-        ac.submit(step, write(snap), {"strategy": "single"})
+        ac_fresh.submit(step, write(snap), {"strategy": "single"})
+        fresh_s.append(time.perf_counter() - t0)
+        ac_fresh.wait()
+        del snap
+
+        t0 = time.perf_counter()
+        ac.save(step, {"model": model.state_dict(), "optim": opt.state_dict()}, write_snap, {"strategy": "single"})
         stall_s.append(time.perf_counter() - t0)
         ac.wait()  # the next trial starts clean; this wait is not part of the stall
         bg_s.append(ac.last_write_s)
-        del snap
     ratio = [a / s for a, s in zip(stall_s, sync_s)]
+    warm = ratio[1:] or ratio  # the first save allocates the staging buffers
     print(f"model: {n / 1e6:.1f}M parameters + AdamW state, {nbytes[-1] / 2**20:.0f} MiB per checkpoint, {args.trials} trials, dir {root}")
     print(f"sync save (loop blocked)       {fmt(sync_s)}")
-    print(f"async stall (snapshot+submit)  {fmt(stall_s)}")
+    print(f"async stall, reused buffers    {fmt(stall_s)}   (trial 1 allocates them: {stall_s[0]:.3f} s)")
+    print(f"async stall, fresh clone       {fmt(fresh_s)}")
     print(f"async background write+commit  {fmt(bg_s)}")
-    print(f"ratio async stall / sync save  median {statistics.median(ratio):.3f}   min {min(ratio):.3f}   max {max(ratio):.3f}   (target <= 0.1)")
+    print(f"ratio async stall / sync save  median {statistics.median(warm):.3f}   min {min(warm):.3f}   max {max(warm):.3f}"
+          f"   (target <= 0.1; trials 2..N, reused buffers)")
 
 
 if __name__ == "__main__":

@@ -81,7 +81,9 @@ def test_list_gpus_shows_the_catalog():
     keys = [g["key"] for g in json.loads(res.stdout)["gpus"]]
     assert {"H200", "GB300", "B300", "VR200", "L40S", "L4", "A10"} <= set(keys)
     res = invoke(["bench", "--gpu", "vr200"])
-    assert res.exit_code == 0 and "prelim" in res.stdout and "source:" in res.stdout
+    assert res.exit_code == 0 and "PRELIMINARY" in res.stdout and "10.7" in res.stdout and "HBM4" in res.stdout
+    res = invoke(["bench", "--list-gpus"])
+    assert "VR200 (prelim.)" in res.stdout
 
 
 def test_help_does_not_import_torch():
@@ -91,3 +93,35 @@ def test_help_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stderr.strip().splitlines()[-1] == "NOTORCH"
     assert "--quick" in out.stdout and "--rules" in out.stdout
+
+
+def test_set_merges_nested_params_and_rejects_unknown_keys(tmp_path):
+    out = tmp_path / "io.json"
+    res = invoke(["bench", "io", "--quick", "--out", out, "--no-plot", "--io-dir", tmp_path,
+                  "--set", "io.bytes=1048576", "--set", "io.dataloader={batches: 2, trials: 2}"])
+    assert res.exit_code == 0, res.stderr
+    params = results.load(out)["benchmarks"]["io"]["params"]
+    assert params["bytes"] == 2**20 and params["dataloader"]["batches"] == 2
+    assert params["dataloader"]["batch_size"] == 64  # the rest of the preset is kept
+    res = invoke(["bench", "io", "--quick", "--out", out, "--set", "io.byts=1"])
+    assert res.exit_code == 2 and "did you mean 'bytes'" in res.stderr
+
+
+def test_without_matplotlib_the_plot_is_skipped_with_a_notice(tmp_path, monkeypatch):
+    from rubin.bench import plots
+
+    monkeypatch.setattr(plots, "available", lambda: False)
+    res = invoke(["bench", "launch", "--quick", "--out", tmp_path / "x.json", "--set", "launch.kernels=5"])
+    assert res.exit_code == 0 and "matplotlib is not installed" in res.stderr
+    assert not list(tmp_path.glob("*.png")) and (tmp_path / "x.json").exists()
+
+
+def test_plot_from_the_recorded_fixture_as_svg(tmp_path):
+    from pathlib import Path
+
+    from rubin.bench import plots
+
+    doc = results.load(Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "cpu-quick.json")
+    path = plots.write(doc, tmp_path / "bw.svg")
+    text = path.read_text()
+    assert text.startswith("<?xml") and "busbw" in text and "all_reduce" in text

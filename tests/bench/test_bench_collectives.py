@@ -1,7 +1,5 @@
 """The collectives sweep on 2 real gloo ranks started by rubin through torchrun, with verification."""
 
-import types
-
 import pytest
 import torch
 

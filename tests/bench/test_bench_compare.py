@@ -1,6 +1,5 @@
 """compare: SuperBench-style rules (pass, fail, marginal, missing), peer outliers, env diff, speedup, CLI."""
 
-import copy
 import json
 
 import pytest
@@ -165,3 +164,11 @@ def test_recorded_cpu_fixture_compares_with_itself(tmp_path):
     # A file never fails against itself; CPU noise can leave some metrics marginal (too noisy to prove).
     assert rep["verdict"] in ("pass", "marginal") and rep["counts"]["fail"] == 0
     assert rep["counts"]["pass"] > 0 and not rep["env_diff"] and not rep["outliers"]
+
+
+def test_a_noisy_baseline_cannot_fail_a_node_on_its_own():
+    base, new = doc(), doc()
+    base["benchmarks"]["collectives"]["rows"][0]["busbw_gbps"] = fig(100.0, spread=0.2)  # [80, 120]
+    new["benchmarks"]["collectives"]["rows"][0]["busbw_gbps"] = fig(93.0, spread=0.005)
+    key = "collectives/all_reduce/1073741824/busbw_gbps"
+    assert verdicts(compare.compare(base, new, RULES))[key] == "marginal"

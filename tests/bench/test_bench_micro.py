@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rubin.bench import matmul, memory, storage
+from rubin.bench import launch, matmul, memory, storage
 from rubin.bench.suites import Context
 
 
@@ -50,7 +50,7 @@ def test_h2d_without_gpu_runs_host_copies_and_says_so(ctx):
 
 
 def test_launch_latency_rows(ctx):
-    out = memory.launch_run({"kernels": 20, "warmup": 2, "trials": 6}, ctx)
+    out = launch.run({"kernels": 20, "warmup": 2, "trials": 6}, ctx)
     r = out["rows"][0]
     assert r["kernels"] == 20 and r["wall_us"]["median"] > 0 and r["event_us"]["n"] == 6
 
@@ -74,3 +74,16 @@ def test_io_missing_dir_is_a_usage_error(ctx, tmp_path):
     params["dir"] = str(tmp_path / "nope")
     with pytest.raises(UsageError, match=r"io.dir="):
         storage.run(params, ctx)
+
+
+def test_dataloader_reads_a_rubin_train_dataset_by_name(ctx):
+    rows, _ = storage.dataloader({"dataset": "synthetic_images", "args": {"num_samples": 64, "image_size": 8},
+                                  "batch_size": 16, "num_workers": 0, "batches": 2, "trials": 3}, ctx)
+    assert rows[0]["dataset"] == "synthetic_images" and rows[0]["samples_per_s"]["n"] == 3
+
+
+def test_dataloader_unknown_dataset_lists_the_choices(ctx):
+    from rubin.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"io.dataloader.dataset='imagenet'.*synthetic_images"):
+        storage.dataloader({"dataset": "imagenet", "batch_size": 1, "num_workers": 0, "batches": 1, "trials": 1}, ctx)

@@ -96,6 +96,8 @@ def test_advise_picks_an_option_that_fits():
     (["plan", "cost", "--bench", FIX / "bench_wrong_schema.json", "--work", "1e6", "--prices", EXAMPLE],
      "schema_version=7"),
     (["plan", "cost", "--throughput", "0", "--work", "1e6", "--prices", EXAMPLE], "throughput=0"),
+    (["plan", "memory", "--params", "1e9", "--optimizer", "adamw8bit"], "did you mean 'adam8bit'"),
+    (["plan", "memory", "--params", "1e9", "--gpu", "H100"], "ambiguous"),
 ])
 def test_bad_input_is_one_line_exit_2(args, match):
     r = invoke(args)

@@ -101,3 +101,12 @@ def test_raw_params_warns_about_the_unknown_largest_layer():
 def test_bad_usable_fraction_is_a_usage_error():
     with pytest.raises(UsageError, match="usable-fraction=1.5"):
         plan(_req(gpu_memory_bytes=80 * GIB, usable_fraction=1.5))
+
+
+def test_offload_needs_host_memory_when_given():
+    big = raw(175e9, largest_layer_params=1e8)
+    ok = plan(MemoryRequest(model=big, gpu_memory_bytes=24 * GIB, gpus_per_node=8, nodes=1))
+    assert ok["recommended"] == "fsdp+ac+offload"
+    # 1.5 x 16 B x 175e9 = 3.9 TiB per node of host memory, more than 2 TiB
+    short = plan(MemoryRequest(model=big, gpu_memory_bytes=24 * GIB, gpus_per_node=8, nodes=1, host_memory_gib=2048))
+    assert short["recommended"] is None and short["shortfall"] is not None

@@ -49,3 +49,14 @@ def test_list_catches_truncation_and_bad_path_is_usage(tmp_path):
     r = invoke(["checkpoint", "verify", tmp_path / "nope"])
     assert r.exit_code == 2 and "RUN_OR_CKPT_DIR=" in r.stderr and "no such directory" in r.stderr
     assert invoke(["checkpoint", "verify", tmp_path]).exit_code == 3  # no checkpoints at all is a problem
+
+
+def test_verify_dir_is_the_library_entry_for_train(tmp_path, capsys):
+    from rubin.cli.checkpoint import verify_dir
+
+    run = make_run(tmp_path)
+    assert verify_dir(str(run), as_json=True) == 0
+    assert json.loads(capsys.readouterr().out)["latest_valid"] == 2
+    (run / "checkpoints" / "step-00000002" / "COMMITTED").unlink()
+    assert verify_dir(str(run)) == 3
+    assert "COMMITTED marker missing" in capsys.readouterr().out

@@ -56,6 +56,18 @@ def test_sigkill_mid_save_leaves_no_committed_torn_checkpoint(tmp_path, phase):
 
 
 @pytest.mark.timeout(60)
+def test_sigterm_during_a_save_lets_it_commit_then_stops(tmp_path):
+    proc = spawn(["save_preempt", tmp_path], fault="pause@step=2,phase=manifest,seconds=2")
+    wait_for_line(proc, "pause 2 s at manifest step=2")
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 75, err[-2000:]
+    assert "committed 2 requested=True signal=SIGTERM" in out
+    store = CheckpointStore(tmp_path, keep_last=3)
+    assert store.latest_valid() == (2, tmp_path / "step-00000002")
+
+
+@pytest.mark.timeout(60)
 def test_really_full_disk_gives_a_clear_error_and_keeps_the_previous(tmp_path):
     proc = spawn(["rlimit", tmp_path])
     _, err = proc.communicate(timeout=60)

@@ -189,7 +189,7 @@ def test_malicious_pickle_is_refused_and_nothing_runs(tmp_path, fmt):
     if fmt == "torch":
         torch.save({"w": torch.ones(2), "x": Payload(target)}, evil)
     else:
-        evil.write_bytes(pickle.dumps(Payload(target)))
+        evil.write_bytes(pickle.dumps(Payload(target), protocol=2))
     assert not target.exists()
     with pytest.raises(RubinError, match=r"carries a pickled object that is not plain tensors/containers .*refusing to load it"):
         load_file(evil)

@@ -66,6 +66,20 @@ def test_two_ranks_write_dcp_shards_and_rank0_commits_them_all(tmp_path):
 
 
 @pytest.mark.timeout(90)
+def test_two_ranks_async_saves_commit_only_when_every_rank_is_done(tmp_path):
+    results, _ = two_ranks(["async_dist", tmp_path])
+    for code, out, err in results:
+        assert code == 0, err[-3000:]
+    store = CheckpointStore(tmp_path, keep_last=5)
+    assert [s for s, _ in store.committed()] == [1, 2, 3]
+    for step, path in store.committed():
+        assert store.verify(path) == []
+        man = json.loads((path / MANIFEST).read_text())
+        assert sorted(man["files"]) == ["model.pt", "rng-rank-0.pt", "rng-rank-1.pt"]
+        assert not list(path.glob(".done-rank-*"))
+
+
+@pytest.mark.timeout(90)
 def test_preemption_flag_agreed_when_only_one_rank_got_the_signal(tmp_path):
     results, _ = two_ranks(["preempt", tmp_path])
     assert [code for code, _, _ in results] == [75, 75], [e[-2000:] for _, _, e in results]

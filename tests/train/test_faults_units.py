@@ -152,3 +152,19 @@ def test_watchdog_report_in_process(tmp_path):
     assert hits and hits[0]["stalled_ranks"] == [0] and hits[0]["phase"] == "backward"
     text = (tmp_path / "hang-rank-0.txt").read_text()
     assert "step: 2" in text and "test_watchdog_report_in_process" in text
+
+
+def test_watchdog_gives_slow_phases_their_own_limit(tmp_path):
+    hb = faults.Heartbeat(tmp_path, 0)
+    hits = []
+    wd = faults.Watchdog(hb, 0.2, tmp_path, 0, 1, on_hang=hits.append, exit=False, poll_s=0.05,
+                         phase_timeouts={"checkpoint": 30}).start()
+    hb.beat(1, "checkpoint")
+    time.sleep(0.8)  # 4x the step timeout, inside the checkpoint allowance
+    assert hits == []
+    hb.beat(1, "forward")  # back to a normal phase of the same step: the step limit applies again
+    deadline = time.monotonic() + 10
+    while not hits and time.monotonic() < deadline:
+        time.sleep(0.05)
+    wd.stop()
+    assert hits and hits[0]["phase"] == "forward"

@@ -1,8 +1,9 @@
 """``rubin compare``: baseline rules, peer outliers, environment diff and a speedup table.
 
-Rules are SuperBench style (see ``rules_default.yaml``). A decision uses the NEW figure's 95%
-interval against a threshold set from the baseline median: pass when the whole interval is on the
-good side, fail when the whole interval is on the bad side, marginal when it straddles. A metric
+Rules are SuperBench style (see ``rules_default.yaml``). A decision uses intervals, not samples:
+pass when the NEW figure's whole 95% interval is on the good side of the limit set from the
+baseline median; fail when it is on the bad side even of the limit set from the far end of the
+baseline's interval (so noise in the baseline cannot fail a node); marginal otherwise. A metric
 that a rule covers in the baseline but that is missing in the new file fails (SuperBench
 ``failure_check``). Verdicts: pass < marginal < fail; the overall verdict is the worst one.
 """
@@ -69,15 +70,17 @@ def judge(base: dict, new: dict | None, rule: dict) -> dict:
         return {**row, "verdict": "fail", "reason": "missing in the new results"}
     lo, hi = new["ci95"]
     row.update(new=new["median"], ci95=[lo, hi], change_pct=100.0 * (new["median"] - b) / b if b else None)
+    b_lo, b_hi = (base.get("ci95") or [b, b])
+    b_lo, b_hi = (b if b_lo is None else b_lo), (b if b_hi is None else b_hi)
     checks = []
+    # Pass: the new interval clears the limit set from the baseline median. Fail: it misses the
+    # limit even from the baseline interval's far end, so a noisy baseline cannot cause a failure.
     if crit in ("max_below_pct", "within_pct"):
-        thr = b * (1 - pct)
-        checks.append("pass" if lo >= thr else "fail" if hi < thr else "marginal")
+        checks.append("pass" if lo >= b * (1 - pct) else "fail" if hi < b_lo * (1 - pct) else "marginal")
     if crit in ("max_above_pct", "within_pct"):
-        thr = b * (1 + pct)
-        checks.append("pass" if hi <= thr else "fail" if lo > thr else "marginal")
+        checks.append("pass" if hi <= b * (1 + pct) else "fail" if lo > b_hi * (1 + pct) else "marginal")
     verdict = max(checks, key=ORDER.get)
-    reason = {"pass": "within the limit", "fail": "the whole 95% interval is past the limit",
+    reason = {"pass": "within the limit", "fail": "the whole 95% interval is past the limit, baseline noise included",
               "marginal": "the 95% interval straddles the limit: rerun with more trials"}[verdict]
     return {**row, "verdict": verdict, "reason": reason}
 

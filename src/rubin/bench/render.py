@@ -21,7 +21,7 @@ def _ci(fig: dict, scale: float = 1.0) -> str:
 def _size(n: int) -> str:
     for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= div:
-            return f"{n / div:g} {unit}"
+            return f"{n / div:.4g} {unit}"
     return f"{n} B"
 
 
@@ -89,14 +89,16 @@ def tables(doc: dict) -> list:
                       f"{mfu:.1%}" if mfu is not None else "-", f"{r['mamf_mfu']:.1%}" if r.get("mamf_mfu") else "-",
                       _f(r["energy_j_per_sample"]["median"], 3))
         out.append(t)
+    from rich.markup import escape  # error text may hold "[rank0]:" and the like
+
     problems = Table(title="not measured / errors", show_header=False)
     for name, e in b.items():
         if e.get("error"):
-            problems.add_row(name, f"[red]{e['error']}[/red]")
+            problems.add_row(name, f"[red]{escape(e['error'])}[/red]")
         for s in e.get("skipped", []):
-            problems.add_row(name, f"{s.get('dtype', '')} skipped: {s['reason']}")
+            problems.add_row(name, escape(f"{s.get('dtype', '')} skipped: {s['reason']}"))
         for n in e.get("notes", []):
-            problems.add_row(name, n)
+            problems.add_row(name, escape(n))
     if problems.row_count:
         out.append(problems)
     return out

@@ -97,10 +97,15 @@ class _SyntheticImages:
 def dataloader(params: dict, ctx) -> tuple[list[dict], dict]:
     import torch
 
-    if params["dataset"] != "synthetic":
-        raise bad_value("io.dataloader.dataset", params["dataset"], "synthetic",
-                        "real datasets are benchmarked through `rubin bench model`")
-    ds = _SyntheticImages(int(params["samples"]), int(params["image_size"]))
+    if params["dataset"] == "synthetic":
+        ds = _SyntheticImages(int(params["samples"]), int(params["image_size"]))
+    else:  # any dataset `rubin train` knows (data.name), read from its path, as training would
+        from rubin.workloads import registry
+
+        if params["dataset"] not in registry.DATASETS:
+            raise bad_value("io.dataloader.dataset", params["dataset"],
+                            f"synthetic or a rubin train dataset: {', '.join(registry.DATASETS)}")
+        ds, _, _ = registry.build_data(params["dataset"], params.get("path"), params.get("args") or {}, seed=0)
     loader = torch.utils.data.DataLoader(ds, batch_size=int(params["batch_size"]), shuffle=True,
                                          num_workers=int(params["num_workers"]), drop_last=True)
     rates = []

@@ -20,7 +20,7 @@ SUITES: dict[str, tuple[str, str, str]] = {
     "matmul": ("rubin.bench.matmul", "defaults", "run"),
     "membw": ("rubin.bench.memory", "membw_defaults", "membw_run"),
     "h2d": ("rubin.bench.memory", "h2d_defaults", "h2d_run"),
-    "launch": ("rubin.bench.memory", "launch_defaults", "launch_run"),
+    "launch": ("rubin.bench.launch", "defaults", "run"),
     "collectives": ("rubin.bench.collectives", "defaults", "run"),
     "io": ("rubin.bench.storage", "defaults", "run"),
     "model": ("rubin.bench.model", "defaults", "run"),
@@ -91,7 +91,14 @@ def resolve_params(name: str, ctx, overrides: dict | None = None) -> dict:
     module, dflt, _ = SUITES[name]
     params = getattr(importlib.import_module(module), dflt)(ctx.quick, ctx)
     for key, value in (overrides or {}).get(name, {}).items():
-        params[key] = value
+        if key not in params:
+            from rubin.errors import bad_value, did_you_mean
+
+            raise bad_value(f"--set {name}.{key}", value, f"{name} takes {', '.join(params)}{did_you_mean(key, params)}")
+        if isinstance(params[key], dict) and isinstance(value, dict):
+            params[key] = {**params[key], **value}  # a nested override changes only the keys it names
+        else:
+            params[key] = value
     return params
 
 
@@ -133,8 +140,9 @@ def run(names: list[str], ctx, overrides: dict | None = None, on_done=None) -> d
                                                     "; ".join(ctx.spec_warnings) or "not in catalog")},
         "benchmarks": {},
     }
+    params = {name: resolve_params(name, ctx, overrides) for name in names}  # bad --set fails before any run
     for name in names:
-        entry = run_one(name, ctx, resolve_params(name, ctx, overrides))
+        entry = run_one(name, ctx, params[name])
         doc["benchmarks"][name] = entry
         if on_done:
             on_done(name, entry)

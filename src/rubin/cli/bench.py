@@ -55,21 +55,28 @@ def _catalog(args) -> int:
 
         print(json.dumps({"schema_version": 1, "gpus": [r.to_dict() for r in rows]}, indent=2))
         return 0
+    console = Console()
+    if args.gpu:  # one row: every field, one per line
+        row = rows[0]
+        t = Table(title=f"{row.key}: {row.name}" + (" (PRELIMINARY vendor figures)" if row.preliminary else ""),
+                  show_header=False)
+        for name, value in row.to_dict().items():
+            mark = " (u)" if name in row.uncertain else ""
+            t.add_row(name, ("-" if value is None else ", ".join(map(str, value)) if isinstance(value, list) else str(value)) + mark)
+        console.print(t, markup=False)
+        return 0
     t = Table(title="GPU spec catalog (dense TFLOPS; (u) = unconfirmed or conflicting sources)")
     cols = ("key", "arch", "cc", "memory", "TB/s", "fp64", "fp32", "tf32", "bf16", "fp8", "fp4", "NVLink GB/s", "TDP W")
     for c in cols:
-        t.add_column(c)
+        t.add_column(c, no_wrap=c == "key")
     for r in rows:
         def v(name):
             x = getattr(r, name)
             return ("-" if x is None else f"{x:g}") + (" (u)" if name in r.uncertain else "")
-        t.add_row(r.key + (" [prelim]" if r.preliminary else ""), r.arch, r.compute_capability or "-",
+        t.add_row(r.key + (" (prelim.)" if r.preliminary else ""), r.arch, r.compute_capability or "-",
                   f"{v('memory_gib')} GB {r.memory_type or ''}", v("memory_bw_tbs"), v("fp64"), v("fp32"), v("tf32"),
                   v("bf16"), v("fp8"), v("fp4"), (f"NVLink{r.nvlink_gen} " if r.nvlink_gen else "") + v("nvlink_bw_gbs"), v("tdp_w"))
-    console = Console()
     console.print(t)
-    if args.gpu:
-        console.print(f"source: {rows[0].source}")
     return 0
 
 

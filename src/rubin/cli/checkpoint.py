@@ -19,16 +19,21 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    return verify_dir(args.path, as_json=args.json, hashes=args.action == "verify", action=args.action)
+
+
+def verify_dir(path: str, *, as_json: bool = False, hashes: bool = True, action: str = "verify") -> int:
+    """Check (and print) every checkpoint under PATH; 0 all good, 3 problems. Also ``rubin train --verify-checkpoints``."""
     import json
 
     from rubin.errors import ExitCode
     from rubin.train.checkpoint.report import inspect
 
-    report = inspect(args.path, hashes=args.action == "verify")
-    if args.json:
+    report = inspect(path, hashes=hashes)
+    if as_json:
         print(json.dumps(report, indent=2))
     else:
-        _print(report, args.action)
+        _print(report, action)
     return 0 if report["ok"] else int(ExitCode.PROBLEMS)
 
 

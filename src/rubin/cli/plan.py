@@ -40,6 +40,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--conservative", action="store_true", help="model states as DeepSpeed's own estimators count them")
     t.add_argument("--overhead-gib", type=float, default=2.0, help="CUDA context, NCCL, fragmentation per GPU (default 2)")
     t.add_argument("--usable-fraction", type=float, default=0.9, help="fraction of GPU memory to plan into (default 0.9)")
+    t.add_argument("--host-memory-gib", type=float, help="CPU memory per node: CPU offload must fit there too")
     t.add_argument("--gpu", help="target GPU, a spec catalog key (H100-SXM, H200, GB300, VR200...)")
     t.add_argument("--gpu-memory-gib", type=float, help="target GPU memory in GiB, instead of --gpu")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,9 +33,14 @@ def run(args) -> int:
         from rubin.cli.checkpoint import verify_dir
 
         return verify_dir(str(cfg.run_dir), as_json=args.json)
-    from rubin.train.trainer import train
+    from rubin.errors import ExitCode
+    from rubin.train.trainer import Preempted, train
 
-    summary = train(cfg, force=args.force, resume=not args.no_resume, quiet=args.quiet or args.json)
+    try:
+        summary = train(cfg, force=args.force, resume=not args.no_resume, quiet=args.quiet or args.json)
+    except Preempted as stop:
+        print(f"rubin: {stop}", file=sys.stderr)
+        return int(ExitCode.PREEMPTED)
     if args.json:
         import json
 

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rubin.errors import bad_value
+from rubin.errors import UsageError, did_you_mean
 from rubin.plan.model import ModelShape
 
 CHECKPOINTING = ("none", "selective", "full")
+
+
+def check_checkpointing(mode: str) -> None:
+    if mode not in CHECKPOINTING:
+        raise UsageError(f"activation-checkpointing={mode!r} is not valid{did_you_mean(mode, CHECKPOINTING)}: "
+                         f"allowed are {', '.join(CHECKPOINTING)}")
 
 
 def sbh_coefficient(hidden: int, heads: int, kv_heads: int | None = None, ffn: int | None = None, *,
@@ -40,8 +46,7 @@ def layer_bytes(s: int, b: int, h: int, a: int, *, kv_heads: int | None = None, 
                 gated: bool = False, dropout: bool = True, flash: bool = False, checkpointing: str = "none",
                 bytes_per_value: float = 2.0) -> float:
     """Saved activation bytes of one layer. ``bytes_per_value`` 2 for 16-bit, 4 for fp32 training."""
-    if checkpointing not in CHECKPOINTING:
-        raise bad_value("activation_checkpointing", checkpointing, f"one of {', '.join(CHECKPOINTING)}")
+    check_checkpointing(checkpointing)
     scale = bytes_per_value / 2.0
     if checkpointing == "full":
         return 2.0 * s * b * h * scale

@@ -50,10 +50,10 @@ def _duration(hours: float | None) -> dict:
         return {"level": "unknown", "hours": None, "text": "no throughput and price list: duration not estimated"}
     if hours < 24:
         level, text = "short", "under a day: reliability matters little, checkpoints are cheap insurance"
-    elif hours < 24 * 7:
+    elif hours < 24 * 14:
         level, text = "days", "days: checkpoint on a schedule, expect node failures and evictions"
     else:
-        level, text = "weeks", "weeks or more: reliability and restart time dominate; a faster platform shortens the exposure"
+        level, text = "weeks", "two weeks or more: reliability and restart time dominate; a faster platform shortens the exposure"
     return {"level": level, "hours": hours, "text": f"{hours:.1f} h ({hours / 24:.1f} days): {text}"}
 
 
@@ -158,7 +158,9 @@ def advise(req: mem.MemoryRequest, cost_plan: dict | None = None, *, busbw_gbs: 
                f"communication: {comm['text']}", f"budget: {budget['text']}"]
     if chosen:
         mode = "spot" if chosen["best"] == "spot" else "on demand"
-        strategy = scale["recommended_strategy"] or "model parallelism"
+        from rubin.plan.states import STRATEGY_LABELS
+
+        strategy = STRATEGY_LABELS.get(scale["recommended_strategy"], "tensor/pipeline parallelism")
         text = f"{chosen['name']} x{chosen['nodes']} ({chosen['gpus']} {chosen['gpu']}), {mode}, {strategy}"
         if chosen["best"] == "spot" and chosen["spot"]["checkpoint_interval_s"]:
             text += f", checkpoint every {chosen['spot']['checkpoint_interval_s'] / 60:.0f} min"
@@ -166,7 +168,10 @@ def advise(req: mem.MemoryRequest, cost_plan: dict | None = None, *, busbw_gbs: 
         if skipped:
             reasons.append(f"cheaper options skipped because the model does not fit: {', '.join(skipped)}")
     else:
-        text = f"{scale['recommended_strategy'] or 'model parallelism'} on {req.gpu_name or 'the given GPU'}"
+        from rubin.plan.states import STRATEGY_LABELS
+
+        strategy = STRATEGY_LABELS.get(scale["recommended_strategy"], "tensor/pipeline parallelism")
+        text = f"{strategy} on {req.gpu_name or 'the given GPU'}"
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "rubin.plan.advise",

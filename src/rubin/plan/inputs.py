@@ -49,8 +49,8 @@ def topology(gpus: int | None, per_node: int | None, nodes: int | None) -> tuple
     if nodes is None:
         nodes = max(gpus // per_node, 1)
     if per_node * nodes != gpus:
-        raise bad_value("gpus", gpus, f"--gpus-per-node x --nodes ({per_node} x {nodes} = {per_node * nodes})",
-                        "make them agree, e.g. drop --nodes")
+        raise bad_value("gpus", gpus, f"a multiple of --gpus-per-node {per_node} equal to --gpus-per-node x --nodes",
+                        f"use e.g. --gpus {max(per_node * max(nodes, 1), per_node)} or set --gpus-per-node")
     return per_node, nodes
 
 
@@ -71,7 +71,7 @@ def memory_request(args):
                          gpus_per_node=per_node, nodes=nodes, precision=args.precision, optimizer=args.optimizer,
                          checkpointing=args.activation_checkpointing, flash=args.flash_attention,
                          usable_fraction=args.usable_fraction, overhead_gib=args.overhead_gib,
-                         conservative=args.conservative, notes=notes)
+                         conservative=args.conservative, host_memory_gib=args.host_memory_gib, notes=notes)
 
 
 def throughput(args):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rubin.errors import bad_value
 from rubin.plan import GIB
-from rubin.plan.activations import CHECKPOINTING, activations
+from rubin.plan.activations import activations, check_checkpointing
 from rubin.plan.model import ModelShape
 from rubin.plan.states import STRATEGY_DESCRIPTIONS, STRATEGY_LABELS, bytes_per_param, host_bytes_per_node, model_states
 
@@ -35,6 +35,7 @@ class MemoryRequest:
     usable_fraction: float = 0.9
     overhead_gib: float = 2.0  # CUDA context, NCCL buffers, allocator fragmentation
     conservative: bool = False
+    host_memory_gib: float | None = None  # CPU memory per node, to check that offloading fits there
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -48,10 +49,11 @@ class MemoryRequest:
                 raise bad_value(name.replace("_", "-"), v, "a positive integer")
         if not 0 < self.usable_fraction <= 1:
             raise bad_value("usable-fraction", self.usable_fraction, "a fraction in (0, 1]", "e.g. --usable-fraction 0.9")
+        if self.host_memory_gib is not None and not self.host_memory_gib > 0:
+            raise bad_value("host-memory-gib", self.host_memory_gib, "a positive size in GiB")
         if self.overhead_gib < 0:
             raise bad_value("overhead-gib", self.overhead_gib, "zero or more GiB")
-        if self.checkpointing not in CHECKPOINTING:
-            raise bad_value("activation-checkpointing", self.checkpointing, f"one of {', '.join(CHECKPOINTING)}")
+        check_checkpointing(self.checkpointing)
         if self.gpu_memory_bytes is not None and not self.gpu_memory_bytes > 0:
             raise bad_value("gpu-memory-gib", self.gpu_memory_bytes / GIB, "a positive size in GiB")
         if self.model.is_transformer and not self.model.seq_len:
@@ -108,6 +110,9 @@ def evaluate(req: MemoryRequest, strategy: str, micro_batch: int | None = None) 
     budget = budget_bytes(req)
     if budget is not None:
         row["fits"] = total <= budget
+        if "host_bytes_per_node" in row and req.host_memory_gib is not None:
+            row["host_fits"] = row["host_bytes_per_node"] <= req.host_memory_gib * GIB
+            row["fits"] = row["fits"] and row["host_fits"]
         row["headroom_bytes"] = budget - total
         free = budget - states.total - overhead
         if per_sample > 0:
@@ -155,7 +160,7 @@ def plan(req: MemoryRequest) -> dict:
         if best["slow"]:
             out["verdict"] += "; CPU offload is slow (PCIe-bound): prefer more GPUs or tensor parallelism"
         return out
-    smaller = [r for r in rows if r["max_micro_batch"]]
+    smaller = [r for r in rows if r["max_micro_batch"] and r.get("host_fits") is not False]
     if smaller:
         best = smaller[0]
         out["recommended"] = best["strategy"]

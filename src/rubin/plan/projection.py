@@ -94,9 +94,10 @@ def project(tp: Throughput, target: str, *, dtype: str = "bf16", mfu: float | No
     mid = math.sqrt(low * high)
     if dst.preliminary:
         assumptions.append(f"{dst.key} figures are preliminary (the vendor says so)")
-    doubtful = [f for f in (dtype, "memory_bw_tbs") if f in dst.uncertain or f in src.uncertain]
-    if doubtful:
-        assumptions.append(f"catalog marks {', '.join(doubtful)} as unconfirmed for {dst.key if doubtful else ''}")
+    for spec in (src, dst):
+        doubtful = [f for f in (dtype, "memory_bw_tbs") if f in spec.uncertain]
+        if doubtful:
+            assumptions.append(f"the spec catalog marks {spec.key} {', '.join(doubtful)} as unconfirmed (u)")
     per_gpu = tp.per_gpu
     return {
         "kind": "projection",

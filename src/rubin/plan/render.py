@@ -125,6 +125,6 @@ def projections(res: dict) -> None:
 
 def advice(res: dict) -> None:
     c = _console()
-    c.print(f"[bold]rubin plan advise[/bold]: {res['recommendation']}")
+    c.print(f"[bold]rubin plan advise[/bold]: {res['recommendation']}", soft_wrap=True)
     for r in res["reasons"]:
-        c.print(f"  - {r}")
+        c.print(f"  - {r}", soft_wrap=True)

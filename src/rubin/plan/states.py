@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rubin.errors import bad_value
+from rubin.errors import UsageError, bad_value, did_you_mean
 
 # *-mixed: 16-bit weights with an fp32 master copy (DeepSpeed, Megatron); amp-*: torch.autocast over
 # fp32 weights (plain PyTorch AMP, and what ``rubin train precision=bf16`` does); bf16: pure bf16.
@@ -30,10 +30,10 @@ class BytesPerParam:
 
 
 def bytes_per_param(precision: str = "bf16-mixed", optimizer: str = "adamw") -> BytesPerParam:
-    if precision not in PRECISIONS:
-        raise bad_value("precision", precision, f"one of {', '.join(PRECISIONS)}", "use --precision bf16-mixed")
-    if optimizer not in OPTIMIZERS:
-        raise bad_value("optimizer", optimizer, f"one of {', '.join(OPTIMIZERS)}", "use --optimizer adamw")
+    for name, value, allowed in (("precision", precision, PRECISIONS), ("optimizer", optimizer, OPTIMIZERS)):
+        if value not in allowed:
+            raise UsageError(f"{name}={value!r} is not valid{did_you_mean(value, allowed)}: "
+                             f"allowed are {', '.join(allowed)}; pass one of those with --{name}")
     if precision.startswith("amp-"):
         # fp32 weights, gradients and moments; autocast also keeps a 16-bit copy of each weight
         # for backward (its cast cache), which we count with the weights

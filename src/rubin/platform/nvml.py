@@ -51,8 +51,12 @@ class NvmlError(Exception):
 
 def _error_name(exc: Exception, lib) -> str:
     value = getattr(exc, "value", None)
-    for attr in dir(lib):
-        if attr.startswith("NVML_ERROR_") and getattr(lib, attr, object()) == value:
+    try:  # the constants live in pynvml even when ``lib`` is a fake
+        import pynvml as consts
+    except ImportError:
+        consts = lib
+    for attr in dir(consts):
+        if attr.startswith("NVML_ERROR_") and getattr(consts, attr, object()) == value:
             return attr[len("NVML_ERROR_"):]
     return type(exc).__name__
 

@@ -129,7 +129,7 @@ def find_nvcc(src: Sources) -> str | None:
     found = src.commands.which("nvcc")
     if found:
         return found
-    for home in (src.env.get("CUDA_HOME"), src.env.get("CUDA_PATH"), "/usr/local/cuda"):
+    for home in (src.env.get("CUDA_HOME"), src.env.get("CUDA_PATH"), src.path("usr/local/cuda")):
         if home and os.path.isfile(os.path.join(home, "bin", "nvcc")):
             return os.path.join(home, "bin", "nvcc")
     return None

@@ -8,7 +8,7 @@ import platform
 import re
 import socket
 
-from rubin.platform.facts import SystemFacts, known, unknown
+from rubin.platform.facts import SystemFacts, known
 from rubin.platform.sources import Sources, guarded
 
 _SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
@@ -185,5 +185,3 @@ def _free(path: str) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
 
-
-__all__ = ["probe", "unknown"]

@@ -27,6 +27,7 @@ class FaultHooks:
         f = cfg.faults
         self.spikes = faults.SpikeDetector(f.spike_factor, f.spike_window) if f.spike_factor else None
         self.nan_guard = faults.NanGuard(f.nan_policy, f.max_rollbacks)
+        self._nan_fired: set[int] = set()
 
     @property
     def signal_name(self) -> str | None:
@@ -43,13 +44,18 @@ class FaultHooks:
             self.watchdog.stop()
 
     def beat(self, step: int, phase: str) -> None:
+        """Entering PHASE of STEP: the heartbeat, and a named fault point ("crash@step=7,phase=backward")."""
         self.heartbeat.beat(step, phase)
+        faults.fault_point(phase, step, self.info.rank)
 
     def point(self, name: str, step: int) -> None:
         faults.fault_point(name, step, self.info.rank)
 
     def corrupt_loss(self, loss: torch.Tensor, step: int) -> torch.Tensor:
-        if faults.fault_point("nan", step, self.info.rank):
+        # An injected NaN models bad data: it fires the first time the loop reaches the step, so
+        # a rollback that skips the offending window gets past it, as it would in a real run.
+        if step not in self._nan_fired and faults.fault_point("nan", step, self.info.rank):
+            self._nan_fired.add(step)
             return loss * float("nan")
         return loss
 

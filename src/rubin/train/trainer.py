@@ -143,7 +143,7 @@ class Trainer:
         self.strategy.forward_model.train()
         status, reason = "completed", "reached max steps"
         try:
-            while loop.step < self.total_steps:
+            while self.loop.step < self.total_steps:  # self.loop: a rollback replaces it
                 batches = self._next_batches()
                 if batches is None:
                     continue
@@ -183,6 +183,7 @@ class Trainer:
         for m, (x, y) in enumerate(batches):
             x, y = x.to(info.device, non_blocking=True), y.to(info.device, non_blocking=True)
             last = m == len(batches) - 1
+            self.faults.point(f"micro-{m}", step)  # inside the accumulation window
             with strat.no_sync(last):
                 self.faults.beat(step, "forward")
                 with prec.autocast():

@@ -64,6 +64,7 @@ class AsyncCheckpointer:
         on_event: Callable[[str, dict], None] | None = None,
         *,
         policy: str = "wait",
+        reuse_buffers: bool = True,
     ):
         if policy not in POLICIES:
             raise bad_value("checkpoint.async_policy", policy, f"one of {', '.join(POLICIES)}")
@@ -74,6 +75,8 @@ class AsyncCheckpointer:
             self.policy = "wait"
             self.on_event("warning", {"message": "checkpoint async policy 'skip' needs one rank; with "
                                       f"{store.world_size} ranks a save waits for the previous one instead"})
+        self.reuse_buffers = reuse_buffers
+        self._buffers: dict = {}
         self._thread: threading.Thread | None = None
         self._inflight_step: int | None = None
         self._error: BaseException | None = None
@@ -83,11 +86,59 @@ class AsyncCheckpointer:
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def submit(self, step: int, write: Callable[[Any], None], meta: dict) -> bool:
-        """Start writing STEP with ``write(tmp_dir)`` in the background; False when skipped.
+    def save(self, step: int, state: Any, write: Callable[[Any, Any], None], meta: dict) -> bool:
+        """Snapshot STATE (live tensors) into staging buffers, then ``write(snapshot, tmp_dir)`` in the background.
 
-        WRITE must only touch memory that the loop no longer mutates (a snapshot).
+        The staging buffers are kept and reused by the next save (only one is in flight), so
+        after the first save the stall is one memcpy into memory that is already mapped: several
+        times faster on CPU than cloning into fresh allocations, which pays a page fault per 4 KiB
+        (see benchmarks/checkpoint_stall.py).
+        The cost is one checkpoint's worth of resident host memory.
         """
+        if not self._make_room(step):
+            return False
+        snap = self.stage(state)
+        return self.submit(step, lambda tmp: write(snap, tmp), meta)
+
+    def stage(self, state: Any) -> Any:
+        """A CPU copy of STATE; tensors land in this checkpointer's reused buffers (pinned with CUDA)."""
+        if not self.reuse_buffers:
+            return snapshot_to_cpu(state)
+        if self.busy:  # the buffers are still being written out: never overwrite them under the writer
+            self._thread.join()
+        import torch
+
+        from rubin.platform import device as dev
+
+        pin = dev.cuda_available()
+        seen: set = set()
+
+        def copy(x, key):
+            if isinstance(x, torch.Tensor):
+                x = x.detach()
+                buf = self._buffers.get(key)
+                if buf is None or buf.shape != x.shape or buf.dtype != x.dtype:
+                    buf = self._buffers[key] = torch.empty(x.shape, dtype=x.dtype, pin_memory=pin)
+                seen.add(key)
+                buf.copy_(x, non_blocking=pin)
+                return buf
+            if isinstance(x, dict):
+                items = [(k, copy(v, key + (k,))) for k, v in x.items()]
+                return dict(items) if type(x) is dict else type(x)(items)
+            if isinstance(x, (list, tuple)):
+                vals = [copy(v, key + (i,)) for i, v in enumerate(x)]
+                return vals if isinstance(x, list) else (type(x)(*vals) if hasattr(x, "_fields") else tuple(vals))
+            return x
+
+        out = copy(state, ())
+        for key in set(self._buffers) - seen:  # tensors that left the state (e.g. a changed optimizer)
+            del self._buffers[key]
+        if pin:
+            torch.cuda.synchronize()
+        return out
+
+    def _make_room(self, step: int) -> bool:
+        """Apply the one-in-flight policy; False when this save is skipped."""
         self._raise_pending()
         if self.busy:
             if self.policy == "skip":
@@ -99,6 +150,15 @@ class AsyncCheckpointer:
             self.on_event("warning", {"message": f"checkpoint of step {step} waited {time.perf_counter() - t0:.2f} s for the save of step {prev}",
                                       "step": step, "waited_s": round(time.perf_counter() - t0, 4)})
             self._raise_pending()
+        return True
+
+    def submit(self, step: int, write: Callable[[Any], None], meta: dict) -> bool:
+        """Start writing STEP with ``write(tmp_dir)`` in the background; False when skipped.
+
+        WRITE must only touch memory that the loop no longer mutates (a snapshot).
+        """
+        if not self._make_room(step):
+            return False
         tmp = self.store.begin(step)  # in the loop's thread: its barrier is safe here
         self._inflight_step = step
         self._thread = threading.Thread(target=self._run, args=(step, tmp, write, meta), name=f"rubin-ckpt-{step}", daemon=True)

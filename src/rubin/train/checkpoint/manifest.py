@@ -111,10 +111,10 @@ def verify(folder: Path, *, hashes: bool = True) -> list[str]:
     if recorded and hashlib.sha256(raw).hexdigest() != recorded:
         problems.append("MANIFEST.json does not match the hash recorded in COMMITTED (edited or corrupted)")
     try:
-        manifest = json.loads(raw)
-        files = manifest["files"]
-        assert isinstance(files, dict)  # internal: our own format
-    except (ValueError, KeyError, TypeError, AssertionError):
+        files = json.loads(raw)["files"]
+    except (ValueError, KeyError, TypeError):
+        files = None
+    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
         problems.append("MANIFEST.json is not a valid manifest")
         return problems
     for rel, info in sorted(files.items()):

@@ -59,6 +59,7 @@ class CheckpointStore:
         self.barrier, self.on_event = barrier, on_event
         self.done_timeout_s = done_timeout_s
         self.saves_begun = 0
+        self._begun_at: dict[int, float] = {}
         if rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
             self.clean_stale()
@@ -87,6 +88,7 @@ class CheckpointStore:
         self.saves_begun += 1
         inject.note_save(self.saves_begun, self.rank)
         tmp = self.tmp_dir(step)
+        self._begun_at[step] = time.perf_counter()
         if self.rank == 0:
             if tmp.exists():
                 shutil.rmtree(tmp)
@@ -107,7 +109,10 @@ class CheckpointStore:
         issued from a second thread on the training process group can interleave with the
         loop's own collectives and deadlock or corrupt them.
         """
+        from rubin.train.faults import inject
+
         tmp = Path(tmp)
+        inject.fault_point("checkpoint", step, self.rank)  # every rank: files written, nothing committed yet
         if coordinate == "files":
             return self._commit_by_files(step, tmp, meta)
         self.barrier()
@@ -162,7 +167,6 @@ class CheckpointStore:
         from rubin.train.faults import inject
 
         t0 = time.perf_counter()
-        inject.fault_point("checkpoint", step, self.rank)  # files written, nothing committed yet
         meta = dict(meta)
         meta.setdefault("world_size", self.world_size)
         man = mf.build(tmp, step, meta)
@@ -180,10 +184,12 @@ class CheckpointStore:
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
         removed = self.apply_retention(trusted_step=step)
+        now = time.perf_counter()
+        begun = self._begun_at.pop(step, t0)
         self.on_event(
-            "checkpoint_saved",
+            "checkpoint_saved",  # seconds: begin -> committed (for async: the background part too)
             {"step": step, "path": str(final), "bytes": man["bytes"], "files": len(man["files"]),
-             "seconds": round(time.perf_counter() - t0, 4), "removed": [s for s, _ in removed]},
+             "seconds": round(now - begun, 4), "commit_seconds": round(now - t0, 4), "removed": [s for s, _ in removed]},
         )
 
     def save(self, step: int, write: Callable[[Path], None], meta: dict) -> Path:

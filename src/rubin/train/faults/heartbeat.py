@@ -29,6 +29,7 @@ class Heartbeat:
         self.phase = "start"
         self.beat_wall = time.time()  # wall clock: comparable across ranks in the files
         self.step_changed_at = time.monotonic()  # monotonic: what the local watchdog measures
+        self.phase_changed_at = self.step_changed_at
         self._written_at = 0.0
         self._lock = threading.Lock()
 
@@ -37,6 +38,8 @@ class Heartbeat:
         if step != self.step:
             self.step = step
             self.step_changed_at = now
+        if phase != self.phase:
+            self.phase_changed_at = now
         self.phase = phase
         self.beat_wall = time.time()
         if now - self._written_at >= self.interval_s:

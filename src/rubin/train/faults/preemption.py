@@ -60,7 +60,7 @@ class PreemptionHandler:
 
 
 def all_reduce_max_fn(group=None, device="cpu") -> Callable[[int], int]:
-    """A ``should_stop`` helper over torch.distributed (identity when not initialized)."""
+    """The ``all_reduce_max`` that ``should_stop`` takes, over torch.distributed (identity when not initialized)."""
 
     def reduce(value: int) -> int:
         import torch

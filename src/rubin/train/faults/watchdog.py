@@ -56,11 +56,15 @@ class Watchdog:
         *,
         exit: bool = True,
         poll_s: float | None = None,
+        phase_timeouts: dict[str, float] | None = None,
     ):
         self.heartbeat, self.timeout_s = heartbeat, float(timeout_s)
         self.run_dir, self.rank, self.world_size = Path(run_dir), rank, world_size
         self.on_hang = on_hang or (lambda details: None)
         self.exit = exit  # tests of the report itself set False
+        # Phases that may legitimately outlast a step (a large checkpoint, a long eval) get their own
+        # limit, measured from entering the phase, so a slow save is not mistaken for a hang.
+        self.phase_timeouts = dict(phase_timeouts or {})
         self.poll_s = poll_s if poll_s is not None else min(1.0, max(self.timeout_s / 4, 0.05))
         self.report_path = self.run_dir / f"hang-rank-{rank}.txt"
         self.fired: dict | None = None
@@ -83,8 +87,12 @@ class Watchdog:
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
             self.heartbeat.flush()  # keeps this rank's file fresh even while the loop is stuck
-            stuck = time.monotonic() - self.heartbeat.step_changed_at
-            if stuck >= self.timeout_s:
+            hb = self.heartbeat
+            if hb.phase in self.phase_timeouts:
+                stuck, limit = time.monotonic() - hb.phase_changed_at, self.phase_timeouts[hb.phase]
+            else:
+                stuck, limit = time.monotonic() - hb.step_changed_at, self.timeout_s
+            if stuck >= limit:
                 self.fire(stuck)
                 return
 

@@ -1,0 +1,47 @@
+"""Exact resume: a run killed (SIGKILL, for real) and rerun ends bit-identical to an uninterrupted one."""
+
+import pytest
+
+from trainhelp import events, mlp_args, summary
+from utils import run_rubin
+
+pytestmark = pytest.mark.slow
+STEPS = 40  # 16 steps per epoch: the run crosses two epoch boundaries
+
+
+def _args(run_dir):
+    # micro batch 8 of a global 32: 4 accumulation micro-steps; dropout exercises the RNG state.
+    return ["train", "--quiet", *mlp_args(run_dir, STEPS, "data.micro_batch_size=8", "checkpoint.every_steps=3",
+                                          "model.args={hidden: 32, depth: 2, dropout: 0.2}")]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    run = tmp_path_factory.mktemp("ref") / "run"
+    p = run_rubin(_args(run))
+    assert p.returncode == 0, p.stderr
+    return summary(run)["param_digest"]
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "crash@step=5",  # mid-epoch, between checkpoints
+        "crash@step=7,phase=micro-2",  # mid-accumulation: two micro-batches' gradients are lost
+        "crash@step=17",  # first step of the second epoch
+        "crash@step=23,phase=backward",
+        "crash@step=31,phase=optimizer",
+    ],
+)
+def test_sigkill_then_rerun_is_bit_identical(tmp_path, reference, fault):
+    run = tmp_path / "run"
+    killed = run_rubin(_args(run), env={"RUBIN_FAULT": fault})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not (run / "summary.json").exists()  # it died: no summary, only checkpoints
+    resumed = run_rubin(_args(run))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    s = summary(run)
+    assert s["status"] == "completed" and s["steps"] == STEPS
+    assert s["param_digest"] == reference
+    kinds = [e["kind"] for e in events(run)]
+    assert kinds.count("resume") == 1
