@@ -97,18 +97,7 @@ def test_power_sampler_averages_nvml_readings(monkeypatch):
     assert p.watts and 100.0 <= p.mean_watts() <= 300.0
 
 
-def _trainer_importable():
-    try:
-        model._trainer()
-        import rubin.platform.fingerprint  # noqa: F401 - the trainer writes env.json with it
-        import rubin.train.trainer  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _trainer_importable(), reason="the training loop (rubin.train) is not importable")
 def test_real_training_loop_on_cpu(ctx):
     params = {"workloads": ["gpt124m"], "precisions": ["fp32"], "steps": 6, "log_every": 2, "repeats": 1, "extra": []}
     out = model.run(params, ctx)

@@ -41,7 +41,6 @@ def test_advise_skips_cheaper_options_where_the_model_does_not_fit():
 
 
 def test_gpt_workload_shape_comes_from_the_workload_config():
-    pytest.importorskip("torch")
     from rubin.plan.workloads import workload
     from rubin.workloads.models.gpt import GPTConfig
 

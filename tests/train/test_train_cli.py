@@ -113,3 +113,17 @@ def test_print_config_and_help_config():
     assert r.exit_code == 0 and "lr: 0.25" in r.stdout
     r = invoke(["train", "--help-config"])
     assert "distributed.strategy" in r.stdout and "FSDP2" in r.stdout
+
+
+def test_verify_checkpoints_without_training(tmp_path):
+    run = tmp_path / "run"
+    assert invoke(["train", "--quiet", *mlp_args(run, 4, "checkpoint.every_steps=2")]).exit_code == 0
+    before = (run / "metrics.jsonl").read_text()
+    r = invoke(["train", "--verify-checkpoints", *mlp_args(run, 4, "checkpoint.every_steps=2")])
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert "step-00000004" in r.stdout
+    f = run / "checkpoints" / "step-00000004" / "model.pt"
+    f.write_bytes(f.read_bytes()[:-10])
+    r = invoke(["train", "--verify-checkpoints", *mlp_args(run, 4, "checkpoint.every_steps=2")])
+    assert r.exit_code == 3
+    assert (run / "metrics.jsonl").read_text() == before  # no training happened

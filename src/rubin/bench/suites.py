@@ -125,7 +125,7 @@ def run_one(name: str, ctx, params: dict) -> dict:
 
 def run(names: list[str], ctx, overrides: dict | None = None, on_done=None) -> dict:
     """Run ``names`` and return the results document (not yet written)."""
-    from rubin.bench.fingerprint import collect
+    from rubin.platform.fingerprint import fingerprint
 
     t0 = time.perf_counter()
     spec = ctx.spec_for(ctx.device)
@@ -133,7 +133,7 @@ def run(names: list[str], ctx, overrides: dict | None = None, on_done=None) -> d
         "schema_version": results.SCHEMA_VERSION, "kind": results.KIND, "rubin_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "preset": "quick" if ctx.quick else "full", "suites": list(names), "wall_s": None,
-        "env": collect(), "device": _device_info(ctx),
+        "env": fingerprint(), "device": _device_info(ctx),
         "spec": spec.to_dict() if spec else None,
         "spec_match": {"device_name": _device_info(ctx)["name"], "key": spec.key if spec else None,
                        "reason": None if spec else ("CPU: no GPU spec" if ctx.gpu_count == 0 else

@@ -59,8 +59,9 @@ class Saver:
         t0 = time.perf_counter()
         step = loop.step
         if self.async_writer is not None and not blocking:
-            snap = st.snapshot(self.strategy, self.optimizer, self.scheduler, self.precision, loop, self.info.rank)
-            self.async_writer.submit(step, lambda tmp: st.write_snapshot(snap, tmp, self.info.rank), dict(self.meta, step=step))
+            live = st.live_state(self.strategy, self.optimizer, self.scheduler, self.precision, loop, self.info.rank)
+            rank = self.info.rank
+            self.async_writer.save(step, live, lambda snap, tmp: st.write_snapshot(snap, tmp, rank), dict(self.meta, step=step))
         else:
             if self.async_writer is not None:
                 self.async_writer.wait()
@@ -69,8 +70,8 @@ class Saver:
                 if self.strategy.name == "fsdp":
                     st.write_sharded(self.strategy, self.optimizer, self.scheduler, self.precision, loop, tmp, self.info.rank)
                 else:
-                    snap = st.snapshot(self.strategy, self.optimizer, self.scheduler, self.precision, loop, self.info.rank)
-                    st.write_snapshot(snap, tmp, self.info.rank)
+                    live = st.live_state(self.strategy, self.optimizer, self.scheduler, self.precision, loop, self.info.rank)
+                    st.write_snapshot(live, tmp, self.info.rank)
             except BaseException:
                 self.store.abort(tmp)
                 raise

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from rubin.platform import device as dev
-from rubin.train.checkpoint import load_file, save_file, snapshot_to_cpu
+from rubin.train.checkpoint import load_file, save_file
 
 
 @dataclass
@@ -63,12 +63,16 @@ def restore_rng(state: dict) -> None:
     dev.set_cuda_rng_states(state.get("cuda") or [])
 
 
-def snapshot(strategy, optimizer, scheduler, precision, loop: LoopState, rank: int) -> dict:
-    """Everything single/DDP saves, copied to CPU memory now (the async path writes it later)."""
+def live_state(strategy, optimizer, scheduler, precision, loop: LoopState, rank: int) -> dict:
+    """Everything single/DDP saves, as references to the live tensors.
+
+    A synchronous save writes it as is; the async path first stages it into CPU buffers
+    (``AsyncCheckpointer.save``), since the loop goes on mutating the live tensors.
+    """
     out = {"rng": capture_rng()}
     if rank == 0:
-        out["model"] = snapshot_to_cpu(strategy.module.state_dict())
-        out["optim"] = snapshot_to_cpu(optimizer.state_dict())
+        out["model"] = strategy.module.state_dict()
+        out["optim"] = optimizer.state_dict()
         out["trainer"] = {"scheduler": scheduler.state_dict(), "precision": precision.state_dict(), "loop": asdict(loop)}
     return out
 

@@ -134,6 +134,9 @@ class Trainer:
         self.run.event("start", step=loop.step, total_steps=self.total_steps, world_size=info.world_size,
                        strategy=self.strategy.name, precision=cfg.precision, device=str(info.device),
                        restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+        restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+        if restarts:
+            self.run.event("restart", restart_count=restarts, step=loop.step)
         self.faults.start()
         self.console.print(
             f"rubin train: {cfg.model.import_ or cfg.model.name} on {cfg.data.import_ or cfg.data.name}, "
