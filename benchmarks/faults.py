@@ -248,10 +248,10 @@ class Bench:
             if stall is not None:
                 self.figures["async_stall_s"] = [stall / len(saved)]
 
-    def rerun(self, run_dir: Path, cfg: list[str], steps: int, ref_key: str | None) -> Trial:
+    def rerun(self, run_dir: Path, cfg: list[str], steps: int, ref_key: str | None, *, nproc: int = 0) -> Trial:
         """The same command again: it must resume, complete, and (where given) match the reference."""
         last = max(metric_steps(run_dir), default=0)
-        child = run(train_cmd(run_dir, cfg))
+        child = run(train_cmd(run_dir, cfg, nproc=nproc))
         expect_rc(child, 0, "re-run")
         s = summary(run_dir)
         if s.get("status") != "completed" or s.get("steps") != steps:
@@ -260,7 +260,8 @@ class Bench:
         if not resumed:
             raise Fail("re-run did not resume (no resume event): it started over")
         r = resumed[0]
-        t = Trial(lost=last - int(r["step"]), recover_s=r["time"] - child.t0, resumed_from=int(r["step"]))
+        t = Trial(lost=last - int(r["step"]), recover_s=r["time"] - child.t0, resumed_from=int(r["step"]),
+                  note=f"resumed at step {r['step']}")
         if ref_key:
             t.digest = s["param_digest"] == self.ref(ref_key)
         return t
@@ -290,11 +291,21 @@ def sigkill(fault: str):
     return fn
 
 
-def sigterm_external(b: Bench, trial: int) -> Trial:
-    """A real SIGTERM from outside (Popen.send_signal) while a long run trains with a DataLoader worker."""
-    run_dir = b.fresh("sigterm-ext")
+def sigterm_external(nproc: int = 0):
+    def fn(b: Bench, trial: int) -> Trial:
+        return _sigterm_external(b, nproc)
+    return fn
+
+
+def _sigterm_external(b: Bench, nproc: int) -> Trial:
+    """A real SIGTERM from outside (Popen.send_signal) while a long run trains with a DataLoader worker.
+
+    With NPROC ranks the signal goes to torchrun, which forwards it to its workers (as on a
+    preempted node); torchrun itself then exits 1, so only the ranks' own exit is 75.
+    """
+    run_dir = b.fresh(f"sigterm-ext-{nproc or 1}")
     cfg = FAULT_CFG + ["run.max_steps=100000", "checkpoint.every_steps=1000"]
-    child = Child(train_cmd(run_dir, cfg))
+    child = Child(train_cmd(run_dir, cfg, nproc=nproc))
     deadline = time.time() + 120
     while time.time() < deadline and not (run_dir / "metrics.jsonl").exists() and child.proc.poll() is None:
         time.sleep(0.1)
@@ -306,23 +317,27 @@ def sigterm_external(b: Bench, trial: int) -> Trial:
     child.proc.send_signal(signal.SIGTERM)
     child.wait(60)
     exit_s = child.end - t_sig
-    expect_rc(child, 75, "SIGTERM")
-    for bad in ("Traceback", "DataLoader worker"):
-        if bad in child.text:
-            raise Fail(f"{bad!r} in the output on SIGTERM: {child.tail()}")
+    if nproc:
+        expect_rc(child, lambda rc: rc != 0, "torchrun on SIGTERM")
+    else:
+        expect_rc(child, 75, "SIGTERM")
+        for bad in ("Traceback", "DataLoader worker"):
+            if bad in child.text:
+                raise Fail(f"{bad!r} in the output on SIGTERM: {child.tail()}")
     s = summary(run_dir)
     stop = int(s["steps"])
     if s.get("status") != "preempted" or not (ckpt(run_dir, stop) / "COMMITTED").is_file():
         raise Fail(f"status {s.get('status')}, no committed checkpoint of step {stop}")
     saved = [e for e in events(run_dir, "checkpoint_saved") if e["step"] == stop]
-    b.figure("sigterm_exit_s", exit_s)
+    key = "sigterm_torchrun" if nproc else "sigterm"
+    b.figure(f"{key}_exit_s", exit_s)
     if saved:
-        b.figure("sigterm_commit_s", saved[-1]["time"] - t_sig)
+        b.figure(f"{key}_commit_s", saved[-1]["time"] - t_sig)
     if exit_s > GRACE_S:
         raise Fail(f"exit {exit_s:.1f} s after SIGTERM, over the {GRACE_S:g} s grace period")
     # Re-run the same command (a shorter run.max_steps, a resumable change, so that it ends): resumes at STOP.
-    t = b.rerun(run_dir, FAULT_CFG + [f"run.max_steps={stop + 3}", "checkpoint.every_steps=1000"], stop + 3, None)
-    t.note = f"SIGTERM->exit {exit_s:.2f} s at step {stop}"
+    t = b.rerun(run_dir, FAULT_CFG + [f"run.max_steps={stop + 3}", "checkpoint.every_steps=1000"], stop + 3, None, nproc=nproc)
+    t.note = f"SIGTERM->exit {exit_s:.2f} s at step {stop}" + (f", torchrun exit {child.proc.returncode}" if nproc else ", exit 75")
     return t
 
 
@@ -480,7 +495,8 @@ def async_kill(phase: str):
         t = b.rerun(run_dir, ASYNC_CFG, 12, "async")
         if t.resumed_from != 3 or tmp.exists():
             raise Fail(f"resumed from {t.resumed_from}, tmp folder left: {tmp.exists()}")
-        t.note = f"killed after {phase}, loop at step {at}; resumed at 3"
+        what = {"manifest": "manifest written, no marker", "commit": "marker written, not renamed"}.get(phase, phase)
+        t.note = f"killed in the background ({what}), loop at step {at}"
         return t
     return fn
 
@@ -491,7 +507,8 @@ SCENARIOS = [
     Scenario("SIGKILL step 17 (1st step of epoch 2)", sigkill("crash@step=17"), quick=False),
     Scenario("SIGKILL step 23 backward", sigkill("crash@step=23,phase=backward"), quick=False),
     Scenario("SIGKILL step 31 optimizer", sigkill("crash@step=31,phase=optimizer"), quick=False),
-    Scenario("SIGTERM external (send_signal)", sigterm_external),
+    Scenario("SIGTERM external (send_signal)", sigterm_external()),
+    Scenario("SIGTERM to torchrun, 2 ranks", sigterm_external(2), quick=False),
     Scenario("SIGTERM at step 5, rerun", sigterm_injected, quick=False),
     Scenario("SIGTERM during checkpoint write", sigterm_in_checkpoint),
     Scenario("newest checkpoint truncated", damaged(_truncate)),
@@ -554,6 +571,9 @@ def figures(b: Bench) -> list[str]:
         commit = f", SIGTERM -> emergency checkpoint committed median {med('sigterm_commit_s'):.3f} s" if f.get("sigterm_commit_s") else ""
         out.append(f"SIGTERM -> exit 75: median {med('sigterm_exit_s'):.2f} s, max {max(f['sigterm_exit_s']):.2f} s "
                    f"(checkpoint.preemption_grace_s default {GRACE_S:g} s){commit}")
+    if med("sigterm_torchrun_exit_s") is not None:
+        out.append(f"SIGTERM to torchrun (2 ranks) -> all ranks stopped: median {med('sigterm_torchrun_exit_s'):.2f} s; "
+                   "torchrun itself exits 1, not 75: requeue on summary.json status, or always rerun")
     digests = {k: v[0] for k, v in b._refs.items() if v[0]}
     if "fault" in digests and "async" in digests:
         out.append(f"async and sync reference runs end with the same param_digest: {'yes' if digests['fault'] == digests['async'] else 'no'}")

@@ -230,10 +230,10 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, *, 
 def demo_defaults() -> dict:
     """`rubin train` with no config: a small ViT on scikit-learn's digits, with an eval split."""
     return {
-        "run": {"name": "demo", "epochs": 40, "eval_every_steps": 0, "seed": 0},
+        "run": {"name": "demo", "epochs": 60, "eval_every_steps": 0, "seed": 0},
         "model": {"name": "vit", "args": {"patch_size": 4, "dim": 64, "depth": 4, "heads": 4, "mlp_ratio": 2.0, "dropout": 0.1}},
         "data": {"name": "digits", "batch_size": 64},
-        "optim": {"name": "adamw", "lr": 3e-3, "weight_decay": 0.05, "warmup_steps": 44, "schedule": "cosine"},
+        "optim": {"name": "adamw", "lr": 3e-3, "weight_decay": 0.05, "warmup_steps": 66, "schedule": "cosine"},
         "telemetry": {"log_every_steps": 20},
         "checkpoint": {"every_steps": 200},
     }

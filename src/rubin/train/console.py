@@ -72,7 +72,7 @@ class Console:
             table.add_row("final loss", f"{summary['final_loss']:.4f}")
         for k, v in (summary.get("eval") or {}).items():
             if isinstance(v, float):
-                table.add_row(f"eval {k}", f"{v:.4f}")
+                table.add_row(f"eval {k.removeprefix('eval_')}", f"{v:.4f}")
         if summary.get("samples_per_s"):
             rate = f"{summary['samples_per_s']:,.1f} samples/s"
             if summary.get("tokens_per_s"):
