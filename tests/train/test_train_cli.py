@@ -127,3 +127,22 @@ def test_verify_checkpoints_without_training(tmp_path):
     r = invoke(["train", "--verify-checkpoints", *mlp_args(run, 4, "checkpoint.every_steps=2")])
     assert r.exit_code == 3
     assert (run / "metrics.jsonl").read_text() == before  # no training happened
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["plan", "--help"], ["bench", "--help"]])
+def test_help_never_imports_torch(argv):
+    import subprocess
+    import sys
+
+    code = f"import sys; from rubin.cli import main; main({argv!r}); print('TORCH', 'torch' in sys.modules)"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "usage: rubin" in p.stdout
+    assert "TORCH False" in p.stdout
+
+
+def test_python_dash_m_rubin_is_the_same_cli():
+    from utils import run_rubin
+
+    p = run_rubin(["--version"])
+    assert p.returncode == 0 and p.stdout.startswith("rubin ")

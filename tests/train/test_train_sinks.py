@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 from trainhelp import mlp_args
 from utils import invoke
@@ -51,6 +52,8 @@ def test_missing_sink_package_is_a_clear_error(tmp_path, monkeypatch):
         return real_import(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", no_tb)
+    monkeypatch.delitem(sys.modules, "torch.utils.tensorboard", raising=False)
     r = invoke(["train", "--quiet", *mlp_args(tmp_path / "run", 2, "telemetry.sinks=[tensorboard]")])
     assert r.exit_code == 2
     assert "pip install 'rubin[tensorboard]'" in r.stderr
+    assert not (tmp_path / "run").exists()  # found before the run dir was made

@@ -99,6 +99,23 @@ class MlflowSink:
         self.mlflow.end_run()
 
 
+_NEEDS = {"tensorboard": ("torch.utils.tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow")}
+
+
+def require(names) -> None:
+    """Fail before the run dir is touched when a requested sink's package is missing."""
+    for name in names:
+        if name in _NEEDS:
+            module, extra = _NEEDS[name]
+            try:
+                __import__(module)
+            except ImportError:
+                raise UsageError(
+                    f"telemetry.sinks contains {name!r} but {extra} is not installed; "
+                    f"pip install 'rubin[{extra}]' or remove it from telemetry.sinks"
+                ) from None
+
+
 def build_sinks(names, run, config_dict) -> list:
     sinks = [JsonlSink(run)]
     if not run.is_writer:

@@ -19,7 +19,7 @@ from rubin.train.guard import FaultHooks
 from rubin.train.optim import build_optimizer, build_scheduler
 from rubin.train.precision import Precision
 from rubin.train.saver import Saver
-from rubin.train.sinks import build_sinks
+from rubin.train.sinks import build_sinks, require as require_sinks
 from rubin.train.strategy import Strategy, resolve
 from rubin.train.task import evaluate, loss_fn
 from rubin.train.telemetry import Telemetry
@@ -68,6 +68,7 @@ class Trainer:
         model = setup.build_model(cfg, self.data_info)
         self.sampler = GlobalBatchSampler(len(train_ds), self.plan, info.rank, seed=cfg.run.seed)
         self.total_steps = setup.total_steps(cfg, self.sampler.steps_per_epoch())
+        require_sinks(cfg.telemetry.sinks)
         self.run, resuming = self._prepare_run_dir(force, resume)
         # -- the run exists from here on --
         from rubin import workloads
