@@ -248,9 +248,14 @@ class Bench:
             if stall is not None:
                 self.figures["async_stall_s"] = [stall / len(saved)]
 
-    def rerun(self, run_dir: Path, cfg: list[str], steps: int, ref_key: str | None, *, nproc: int = 0) -> Trial:
-        """The same command again: it must resume, complete, and (where given) match the reference."""
-        last = max(metric_steps(run_dir), default=0)
+    def rerun(self, run_dir: Path, cfg: list[str], steps: int, ref_key: str | None, *, nproc: int = 0,
+              last: int | None = None) -> Trial:
+        """The same command again: it must resume, complete, and (where given) match the reference.
+
+        LAST: the last step completed before the fault, when metrics.jsonl cannot show it (the
+        fault hit between the step and its log line); default: the last step logged.
+        """
+        last = max(metric_steps(run_dir), default=0) if last is None else last
         child = run(train_cmd(run_dir, cfg, nproc=nproc))
         expect_rc(child, 0, "re-run")
         s = summary(run_dir)
@@ -413,7 +418,8 @@ def disk_full(b: Bench, trial: int) -> Trial:
         raise Fail(f"not one clear disk-full error: {child.tail()}")
     if not (ckpt(run_dir, 3) / "COMMITTED").is_file() or ckpt(run_dir, 6).exists():
         raise Fail("the previous checkpoint (step 3) is not intact, or a partial step 6 is there")
-    t = b.rerun(run_dir, FAULT_CFG, 12, "fault")
+    # The 2nd save is the one of step 6: that step was done, then its save failed before the log line.
+    t = b.rerun(run_dir, FAULT_CFG, 12, "fault", last=6)
     t.note = "clear error, exit 1, step 3 kept"
     return t
 

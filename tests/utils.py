@@ -59,3 +59,19 @@ def torchrun_cmd(nproc: int, args: list[str], *, max_restarts: int = 0) -> list[
         "rubin",
         *map(str, args),
     ]
+
+
+# gloo's TCP transport can refuse the very first peer connection when both cores are saturated
+# (its connect retries are few and fast). That is a start-up race of the transport, not of rubin:
+# a launch that fails with exactly this message, before any step ran, is launched once more.
+_GLOO_STARTUP_RACE = "Gloo connectFullMesh failed"
+
+
+def run_torchrun(nproc: int, args: list[str], *, env: dict | None = None, max_restarts: int = 0, timeout: float = 240):
+    full = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    for attempt in range(2):
+        p = subprocess.run(torchrun_cmd(nproc, args, max_restarts=max_restarts), capture_output=True, text=True,
+                           timeout=timeout, env=full)
+        if p.returncode == 0 or _GLOO_STARTUP_RACE not in p.stderr or attempt == 1:
+            return p
+    return p

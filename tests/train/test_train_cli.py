@@ -146,3 +146,16 @@ def test_python_dash_m_rubin_is_the_same_cli():
 
     p = run_rubin(["--version"])
     assert p.returncode == 0 and p.stdout.startswith("rubin ")
+
+
+def test_a_save_slower_than_the_grace_period_is_reported_then_and_at_the_next_start(tmp_path):
+    run = tmp_path / "run"
+    args = ["train", *mlp_args(run, 4, "checkpoint.every_steps=2", "checkpoint.preemption_grace_s=0.000001")]
+    r = invoke(args)
+    assert r.exit_code == 0
+    assert "more than checkpoint.preemption_grace_s=1e-06 s" in r.stdout
+    warned = [e for e in events(run) if e["kind"] == "warning" and "preemption_grace_s" in e["message"]]
+    assert len(warned) == 1 and warned[0]["save_s"] > 0
+    r = invoke([*args, "--set", "run.max_steps=6"])  # resume: the warning comes at startup
+    assert r.exit_code == 0
+    assert r.stdout.index("preemption_grace_s") < r.stdout.index("step 5/")

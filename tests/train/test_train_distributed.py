@@ -1,21 +1,16 @@
 """Real multi-process training: 2 gloo ranks under torchrun against one process."""
 
-import os
-import subprocess
-
 import pytest
 
 from trainhelp import losses, mlp_args, summary
-from utils import invoke, torchrun_cmd
+from utils import invoke, run_torchrun
 
 pytestmark = pytest.mark.slow
 STEPS = 20
 
 
 def _torchrun(run_dir, *extra, nproc=2, timeout=240):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = torchrun_cmd(nproc, ["train", "--quiet", *mlp_args(run_dir, STEPS, *extra)])
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    p = run_torchrun(nproc, ["train", "--quiet", *mlp_args(run_dir, STEPS, *extra)], timeout=timeout)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p
 

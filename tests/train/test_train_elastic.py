@@ -1,13 +1,11 @@
 """Multi-rank faults with torchrun: elastic restart, a different world size on resume, a stalled rank, async saves."""
 
-import os
-import subprocess
 import time
 
 import pytest
 
 from trainhelp import events, losses, mlp_args, summary
-from utils import run_rubin, torchrun_cmd
+from utils import run_rubin, run_torchrun
 
 pytestmark = pytest.mark.slow
 STEPS = 12
@@ -18,8 +16,7 @@ def _args(run_dir, *extra):
 
 
 def _torchrun(args, *, env=None, max_restarts=0, timeout=240):
-    full = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
-    return subprocess.run(torchrun_cmd(2, args, max_restarts=max_restarts), capture_output=True, text=True, timeout=timeout, env=full)
+    return run_torchrun(2, args, env=env, max_restarts=max_restarts, timeout=timeout)
 
 
 def test_rank_crash_under_max_restarts_completes_identically(tmp_path):

@@ -81,6 +81,7 @@ class CheckpointConfig(_Section):
     keep_last: int = Field(3, ge=1, description="committed checkpoints to keep")
     keep_every_steps: Optional[int] = Field(None, gt=0, description="also keep milestones at multiples of N steps")
     async_: bool = Field(False, alias="async", description="snapshot to CPU memory, write in the background")
+    async_policy: Literal["wait", "skip"] = Field("wait", description="a save due while the previous one is still being written: wait for it, or skip this one (one rank only)")
     preemption_grace_s: float = Field(25.0, gt=0, description="time allowed for the emergency save after a signal")
     save_final: bool = Field(True, description="save a checkpoint at the end of training")
 

@@ -23,6 +23,8 @@ class FaultHooks:
             self.watchdog = faults.Watchdog(
                 self.heartbeat, cfg.faults.hang_timeout_s, run.path, info.rank, info.world_size,
                 on_hang=lambda details: run.event("hang", **details),
+                # A save or an evaluation may rightly outlast one step's budget; a stuck one is still caught.
+                phase_timeouts={p: max(10 * cfg.faults.hang_timeout_s, 600.0) for p in ("checkpoint", "eval")},
             )
         f = cfg.faults
         self.spikes = faults.SpikeDetector(f.spike_factor, f.spike_window) if f.spike_factor else None

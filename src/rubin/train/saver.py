@@ -41,7 +41,9 @@ class Saver:
         self.use_async = cfg.checkpoint.async_ and strategy.name != "fsdp"
         if cfg.checkpoint.async_ and not self.use_async:
             run.event("warning", message="checkpoint.async is not supported with fsdp yet: saving synchronously")
-        self.async_writer = AsyncCheckpointer(self.store, on_event=lambda k, d: run.event(k, **d)) if self.use_async else None
+        self.async_writer = AsyncCheckpointer(
+            self.store, on_event=lambda k, d: run.event(k, **d), policy=cfg.checkpoint.async_policy
+        ) if self.use_async else None
         self.last_save_s: float | None = None
         self.last_step: int | None = None
         self._last_time = time.monotonic()
@@ -81,15 +83,26 @@ class Saver:
         self._last_time = time.monotonic()
         return time.perf_counter() - t0
 
-    def check_grace(self) -> None:
-        """Say so, from the measured save time, if an emergency save cannot fit in the grace period."""
+    def check_grace(self, say=print) -> str | None:
+        """Say so (event + log line), from the measured save time, if an emergency save cannot fit in the grace period.
+
+        The time is this run's last synchronous save, or at startup the newest save recorded in
+        events.jsonl by an earlier attempt of the same run.
+        """
         grace = self.cfg.checkpoint.preemption_grace_s
-        if self.last_save_s is not None and self.last_save_s > grace:
-            msg = (
-                f"a full checkpoint took {self.last_save_s:.1f} s, more than checkpoint.preemption_grace_s={grace:g} s: "
-                "an emergency save on preemption may not finish; checkpoint more often or use a faster disk"
-            )
-            self.run.event("warning", message=msg, save_s=self.last_save_s, grace_s=grace)
+        seconds = self.last_save_s
+        if seconds is None:
+            saved = [e for e in self.run.events() if e.get("kind") == "checkpoint_saved" and e.get("seconds")]
+            seconds = saved[-1]["seconds"] if saved else None
+        if seconds is None or seconds <= grace:
+            return None
+        msg = (
+            f"a full checkpoint took {seconds:.1f} s, more than checkpoint.preemption_grace_s={grace:g} s: "
+            "an emergency save on preemption may not finish; checkpoint more often or use a faster disk"
+        )
+        self.run.event("warning", message=msg, save_s=seconds, grace_s=grace)
+        say(f"warning: {msg}")
+        return msg
 
     def latest(self) -> tuple[int, Path] | None:
         return self.store.latest_valid()

@@ -103,6 +103,7 @@ class Trainer:
             self._resume()
         self.console = Console(enabled=info.is_main and not quiet, total_steps=self.total_steps, start_step=self.loop.step)
         self.last_loss: float | None = None
+        self._grace_checked = self.saver.check_grace(self.console.print) is not None  # from an earlier attempt's saves
 
     def _prepare_run_dir(self, force, resume):
         result = None
@@ -164,7 +165,7 @@ class Trainer:
         if not hasattr(self, "_iter"):
             self.sampler.set_epoch(loop.epoch, loop.sample_in_epoch)
             self._iter = iter(self.loader)
-        self.faults.beat(loop.step, "data")
+        self.faults.beat(loop.step, "data")  # steps done so far: a rank stuck here shows as behind its peers
         t0 = time.perf_counter()
         try:
             batches = [next(self._iter) for _ in range(self.plan.accum_steps)]
@@ -241,9 +242,9 @@ class Trainer:
         stall = self.saver.save(self.loop, blocking=emergency)
         self.loop.train_seconds -= time.time() - self.t_start  # counted in the summary's wall time instead
         self.telemetry.add_ckpt_time(stall)
-        if self.saver.last_save_s is not None and not hasattr(self, "_grace_checked"):
+        if self.saver.last_save_s is not None and not self._grace_checked:
             self._grace_checked = True
-            self.saver.check_grace()
+            self.saver.check_grace(self.console.print)
 
     def _rollback(self, bad_step: int) -> None:
         loop = self.loop
