@@ -33,7 +33,7 @@ def _no_leaked_env():
     yield
     after = dict(os.environ)
     leaked = {k for k in after.keys() ^ before.keys()} | {k for k in after if k in before and after[k] != before[k]}
-    leaked = {k for k in leaked if not k.startswith(("PYTEST_", "COV_", "TORCHINDUCTOR_"))}  # torch sets these itself
+    leaked = {k for k in leaked if not k.startswith(("PYTEST_", "COV_", "TORCHINDUCTOR_", "_TORCHINDUCTOR_"))}  # torch sets these itself
     for k in leaked:
         if k in before:
             os.environ[k] = before[k]
