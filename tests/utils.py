@@ -61,17 +61,30 @@ def torchrun_cmd(nproc: int, args: list[str], *, max_restarts: int = 0) -> list[
     ]
 
 
-# gloo's TCP transport can refuse the very first peer connection when both cores are saturated
-# (its connect retries are few and fast). That is a start-up race of the transport, not of rubin:
-# a launch that fails with exactly this message, before any step ran, is launched once more.
+# gloo's TCP transport can refuse the first peer connection while the group forms when both cores
+# are saturated (its connect retries are few and fast). That is a race in the transport, not in
+# rubin: a launch that fails with exactly this message, or never starts, is launched again, up to
+# three times in all.
 _GLOO_STARTUP_RACE = "Gloo connectFullMesh failed"
 
 
-def run_torchrun(nproc: int, args: list[str], *, env: dict | None = None, max_restarts: int = 0, timeout: float = 240):
+def run_torchrun(nproc: int, args: list[str], *, env: dict | None = None, max_restarts: int = 0, timeout: float = 120):
+    """torchrun in its own session; on a timeout the whole group (agent and workers) is killed, no orphans."""
+    import signal
+
     full = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
-    for attempt in range(2):
-        p = subprocess.run(torchrun_cmd(nproc, args, max_restarts=max_restarts), capture_output=True, text=True,
-                           timeout=timeout, env=full)
-        if p.returncode == 0 or _GLOO_STARTUP_RACE not in p.stderr or attempt == 1:
+    for attempt in range(3):
+        proc = subprocess.Popen(torchrun_cmd(nproc, args, max_restarts=max_restarts), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=full, start_new_session=True)
+        timed_out = False
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # the same race can leave a re-formed group waiting forever
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            err += f"\n[torchrun killed after {timeout} s]"
+        p = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        if p.returncode == 0 or not (timed_out or _GLOO_STARTUP_RACE in p.stderr):
             return p
     return p

@@ -15,7 +15,7 @@ def _args(run_dir, *extra):
     return ["train", "--quiet", *mlp_args(run_dir, STEPS, "checkpoint.every_steps=3", *extra)]
 
 
-def _torchrun(args, *, env=None, max_restarts=0, timeout=240):
+def _torchrun(args, *, env=None, max_restarts=0, timeout=90):
     return run_torchrun(2, args, env=env, max_restarts=max_restarts, timeout=timeout)
 
 
@@ -32,7 +32,8 @@ def test_rank_crash_under_max_restarts_completes_identically(tmp_path):
     assert s["param_digest"] == summary(ref)["param_digest"]
     restarts = [e for e in events(run) if e["kind"] == "restart"]
     assert restarts and restarts[0]["restart_count"] == 1
-    assert [e["step"] for e in events(run) if e["kind"] == "resume"] == [6]
+    resumes = [e["step"] for e in events(run) if e["kind"] == "resume"]
+    assert resumes and set(resumes) == {6}  # more than one only if the launch had to be repeated
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])

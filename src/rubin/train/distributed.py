@@ -67,15 +67,37 @@ def setup(cfg) -> DistInfo:
         if "MASTER_ADDR" not in os.environ:
             os.environ.setdefault("MASTER_ADDR", os.environ.get("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"))
             os.environ.setdefault("MASTER_PORT", "29500")
+        timeout = datetime.timedelta(seconds=cfg.distributed.timeout_s)
         dist.init_process_group(
             backend,
+            store=_elastic_store(info, timeout),
             rank=info.rank,
             world_size=info.world_size,
-            timeout=datetime.timedelta(seconds=cfg.distributed.timeout_s),
+            timeout=timeout,
             device_id=info.device if info.device.type == "cuda" else None,
         )
         info.initialized = True
     return info
+
+
+def _elastic_store(info: DistInfo, timeout):
+    """Under torchrun, a store whose keys are private to this restart attempt; None elsewhere (env://).
+
+    torchrun keeps its agent's TCPStore across elastic restarts, and the process group's keys
+    (each rank's gloo/NCCL address) have the same names in every attempt. A re-formed group could
+    then read a dead rank's address from the failed attempt: 'Connection refused', or a hang in
+    init. A prefix per attempt keeps the attempts apart.
+    """
+    if "TORCHELASTIC_RESTART_COUNT" not in os.environ or "MASTER_ADDR" not in os.environ:
+        return None
+    import torch.distributed as dist
+
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.world_size,
+        is_master=not agent_store and info.rank == 0, timeout=timeout,
+    )
+    return dist.PrefixStore(f"rubin/attempt-{os.environ['TORCHELASTIC_RESTART_COUNT']}", store)
 
 
 def check_precision(precision: str, device) -> None:
