@@ -12,7 +12,11 @@ $PY -m rubin env --json > "$OUT/env.json" 2>&1
 $PY -m rubin doctor --json > "$OUT/doctor.json" 2>&1
 timeout 120 $PY -m rubin doctor --deep --json > "$OUT/doctor-deep.json" 2>&1
 timeout 240 $PY -m pytest -m gpu -q > "$OUT/pytest-gpu.txt" 2>&1; echo "pytest rc=$?" >> "$OUT/pytest-gpu.txt"
-timeout 240 $PY -m rubin bench all --out "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
+# The full preset's model suite alone outlasts a short device slot: quick for everything, full matmul.
+timeout 240 $PY -m rubin bench all --quick --out "$OUT/bench-quick.json" > "$OUT/bench-quick.txt" 2>&1
+timeout 200 $PY -m rubin bench matmul --out "$OUT/bench-matmul.json" > "$OUT/bench-matmul.txt" 2>&1
+$PY -m rubin.platform.nvml_record > "$OUT/nvml-record.json" 2>&1
+nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
 timeout 120 $PY benchmarks/bench_vs_plain.py > "$OUT/bench_vs_plain.txt" 2>&1
 timeout 180 $PY -m rubin train examples/gpt_text.yaml --quiet --json --set data.name=synthetic_tokens --set data.path=null \
   --set 'data.args={num_samples: 4096, seq_len: 1024, vocab_size: 50304}' --set 'model.args={n_layer: 12, n_head: 12, n_embd: 768}' \
