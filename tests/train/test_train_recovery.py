@@ -12,7 +12,7 @@ import time
 import pytest
 
 from trainhelp import events, mlp_args, summary
-from utils import ROOT, run_rubin
+from utils import run_rubin
 
 pytestmark = pytest.mark.slow
 STEPS = 12

@@ -55,8 +55,8 @@ def project(tp: Throughput, target: str, *, dtype: str = "bf16", mfu: float | No
                          "pick another --dtype or measure it")
     rc, rb = pb / pa, bb / ba
     assumptions = [
-        f"same software stack and kernels on both GPUs (new platforms often start slower until libraries catch up)",
-        f"per-GPU rate; scaling to more GPUs is applied separately",
+        "same software stack and kernels on both GPUs (new platforms often start slower until libraries catch up)",
+        "per-GPU rate; scaling to more GPUs is applied separately",
         f"dense {dtype} peaks {pa:g} -> {pb:g} TFLOPS, memory bandwidth {ba:g} -> {bb:g} TB/s (spec catalog)",
     ]
     if src.key == dst.key:

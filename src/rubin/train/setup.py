@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from pathlib import Path
 
 import yaml
 
