@@ -78,22 +78,44 @@ def read_json(path: Path) -> Any:
         return json.load(f)
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """Every complete line of a JSONL file; a torn last line (crash mid-write) is ignored."""
+def read_jsonl(path: Path, problems: list | None = None) -> list[dict]:
+    """Every valid object line of a JSONL file.
+
+    A torn line (crash or full disk mid-write), bytes that are not UTF-8 and lines that are not JSON
+    objects are skipped, never fatal; each one is described in ``problems`` when a list is given,
+    so a reader can report them.
+    """
     path = Path(path)
-    if not path.exists():
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
         return []
     rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    for n, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        elif problems is not None:
+            problems.append(f"{path}:{n}: skipped an invalid line ({len(line)} bytes)")
     return rows
+
+
+def last_per_step(rows: list[dict]) -> list[dict]:
+    """One row per step, the last one written, in step order.
+
+    Steps re-done after a resume or a rollback are logged again; the later row is the one that
+    counts. Rows without a step are dropped.
+    """
+    by_step: dict[int, dict] = {}
+    for row in rows:
+        if isinstance(row.get("step"), int):
+            by_step[row["step"]] = row
+    return [by_step[k] for k in sorted(by_step)]
 
 
 class RunDir:

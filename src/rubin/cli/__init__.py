@@ -25,6 +25,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("rubin.cli.compare", "compare two benchmark results files: rules, outliers, env diff"),
     "plan": ("rubin.cli.plan", "will it fit, how long will it take, what will it cost"),
     "checkpoint": ("rubin.cli.checkpoint", "inspect and verify a run's checkpoints"),
+    "export": ("rubin.cli.export", "write a run's trained weights (torch, safetensors or HF layout)"),
+    "launch": ("rubin.cli.launch", "run the same job on torchrun, Slurm, Kubernetes, Azure ML or SkyPilot"),
+    "verify": ("rubin.cli.verify", "check that convergence did not change between two platforms"),
+    "report": ("rubin.cli.report", "one self-contained HTML (or Markdown) report from rubin's outputs"),
+    "qualify": ("rubin.cli.qualify", "acceptance run for a new node: doctor, bench, verify, report, certificate"),
 }
 
 
@@ -65,6 +70,16 @@ def _versions() -> str:
     return ", ".join(parts)
 
 
+def _silence_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (tests capture it)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
@@ -87,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rubin: interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        # `rubin ... | head`: the reader left. Not an error; stop writing without a second traceback at exit.
+        _silence_stdout()
+        return int(ExitCode.OK)
     except Exception as err:  # noqa: BLE001 - the one boundary that turns bugs into one line
         if args.debug:
             traceback.print_exc()

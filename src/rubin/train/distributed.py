@@ -1,7 +1,6 @@
 """Rank detection, process-group setup and teardown, and the few collectives the loop needs.
 
-Rank and world size come from torchrun (RANK/LOCAL_RANK/WORLD_SIZE), Slurm (SLURM_PROCID...)
-or OpenMPI / Azure ML (OMPI_COMM_WORLD_*), in that order.
+Rank and world size come from ``rubin.platform.launcher`` (torchrun, Slurm, OpenMPI / Azure ML, ...).
 """
 
 from __future__ import annotations
@@ -10,15 +9,9 @@ import datetime
 import os
 from dataclasses import dataclass
 
-from rubin.errors import UsageError, bad_value
+from rubin.errors import bad_value
+from rubin.platform import launcher
 from rubin.platform import device as dev
-
-_SOURCES = (
-    ("torchrun", "RANK", "LOCAL_RANK", "WORLD_SIZE"),
-    ("slurm", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
-    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
-)
-
 
 @dataclass
 class DistInfo:
@@ -36,14 +29,8 @@ class DistInfo:
 
 
 def detect(env: dict | None = None) -> DistInfo:
-    env = os.environ if env is None else env
-    for source, r, lr, ws in _SOURCES:
-        if r in env and ws in env:
-            try:
-                return DistInfo(int(env[r]), int(env.get(lr, env[r])), int(env[ws]), source)
-            except ValueError:
-                raise UsageError(f"{r}={env[r]!r} / {ws}={env[ws]!r} are not integers; fix the launcher environment") from None
-    return DistInfo()
+    found = launcher.detect(env)
+    return DistInfo(found.rank, found.local_rank, found.world_size, found.source)
 
 
 def setup(cfg) -> DistInfo:
