@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Start the real services the test suite drives, on a fresh Debian machine (as root):
+#   - a single-node Slurm cluster (scripts/local-slurm.sh), for the tests marked `slurm`
+#   - headless Chromium, for the report rendering tests marked `chromium`
+# Safe to run again. A service that cannot be installed is reported; its tests then skip with a reason.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" != 0 ]; then
+  echo "ci-services: not root; Slurm and Chromium are not installed (their tests will skip)"
+  exit 0
+fi
+export DEBIAN_FRONTEND=noninteractive
+if ! command -v chromium >/dev/null 2>&1; then
+  apt-get update -qq >/dev/null 2>&1 || true
+  apt-get install -y -qq chromium >/dev/null 2>&1 || echo "ci-services: chromium could not be installed"
+fi
+command -v chromium >/dev/null 2>&1 && echo "ci-services: $(chromium --version 2>/dev/null | head -1)"
+if [ -x scripts/local-slurm.sh ] || [ -f scripts/local-slurm.sh ]; then
+  bash scripts/local-slurm.sh || echo "ci-services: local Slurm did not start"
+fi
+exit 0
