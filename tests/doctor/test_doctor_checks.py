@@ -115,8 +115,10 @@ TRIGGERS = {
     "driver.nvidia_smi": (smi_fails("no_driver.txt"), "error"),
     "driver.nvml_mismatch": (smi_fails("mismatch.txt"), "error"),
     "driver.nouveau": (lambda f: _set(f, "driver.nouveau_loaded", True), "error"),
-    "driver.uvm_missing": (lambda f: _set(f, "driver.dev_nodes", [DevNode(path="/dev/nvidia0", mode="0666", group="root", accessible=True)]), "error"),
-    "driver.dev_permissions": (lambda f: _set(f, "driver.dev_nodes", [DevNode(path="/dev/nvidia0", mode="0600", group="root", accessible=False)]), "error"),
+    "driver.uvm_missing": (lambda f: _set(f, "driver.dev_nodes", [DevNode(path="/dev/nvidia0", mode="0666", group="root",
+                                                                          accessible=True)]), "error"),
+    "driver.dev_permissions": (lambda f: _set(f, "driver.dev_nodes", [DevNode(path="/dev/nvidia0", mode="0600", group="root",
+                                                                              accessible=False)]), "error"),
     "driver.too_old_for_gpu": (lambda f: _set(rubin_sm100_only(f), "driver.driver_version", "580.65.06"), "error"),
     "gpu.persistence": (_gpu("persistence_mode", False), "warn"),
     "gpu.fabric": (_gpu("fabric_state", "in_progress"), "error"),
@@ -154,6 +156,22 @@ TRIGGERS = {
 }
 
 
+# The finding each trigger must produce: the check id, or "<check id>.<variant>" where the mutation picks
+# a specific cause (driver_gone is the DKMS case, MASTER_PORT="eighty" the port, an H100 without sm_90 ...).
+FINDING_IDS = {cid: cid for cid in TRIGGERS} | {
+    "driver.not_loaded": "driver.not_loaded.dkms",
+    "driver.too_old_for_gpu": "driver.too_old_for_gpu.sm107",
+    "env.master_addr": "env.master_addr.port",
+    "env.nccl_socket_ifname": "env.nccl_socket_ifname.nccl",
+    "env.omp_threads": "env.omp_threads.oversubscribed",
+    "gpu.ecc": "gpu.ecc.uncorrected",
+    "gpu.pcie": "gpu.pcie.width",
+    "gpu.row_remap": "gpu.row_remap.failed",
+    "torch.arch_missing": "torch.arch_missing.sm90",
+    "xid.events": "xid.79",
+}
+
+
 def _by_check(facts, check_id):
     c = next(c for c in registry.all_checks() if c.id == check_id)
     return registry.run_check(c, facts)
@@ -168,7 +186,7 @@ def test_every_registered_check_has_a_trigger_case():
 @pytest.mark.parametrize("check_id", sorted(TRIGGERS))
 def test_check_is_quiet_on_the_healthy_node(check_id):
     out = _by_check(healthy(), check_id)
-    assert [f.severity for f in out] == ["ok"], out
+    assert [(f.id, f.severity) for f in out] == [(check_id, "ok")], out
 
 
 @pytest.mark.parametrize("check_id", sorted(TRIGGERS))
@@ -177,6 +195,7 @@ def test_check_fires_on_its_fixture(check_id):
     out = _by_check(mutate(healthy()), check_id)
     assert any(f.severity == severity for f in out), out
     fired = [f for f in out if f.severity == severity]
+    assert [f.id for f in fired] == [FINDING_IDS[check_id]], fired
     assert all(f.evidence and f.fix for f in fired if f.severity in ("warn", "error")), fired
 
 

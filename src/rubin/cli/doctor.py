@@ -9,11 +9,14 @@ import time
 
 def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON (schema_version 1)")
-    p.add_argument("--deep", action="store_true", help="also run active checks in subprocesses: a CUDA alloc + matmul per GPU and a 2-rank all-reduce")
-    p.add_argument("--explain", metavar="TEXT", help="explain a pasted error or log ('-' reads stdin)")
+    p.add_argument("--deep", action="store_true",
+                   help="also run active checks in subprocesses: a CUDA alloc + matmul per GPU and a 2-rank all-reduce")
+    p.add_argument("--explain", metavar="TEXT",
+                   help="explain a pasted error or log ('-' reads stdin): the known causes, ranked, with a confidence and fixes")
     p.add_argument("--no-facts", action="store_true", help="with --explain: do not probe this machine (the log came from elsewhere)")
     p.add_argument("--run-dir", default=".", help="the run/checkpoint dir whose free disk is checked (default: current dir)")
-    p.add_argument("--only", action="append", metavar="ID", help="run only these checks (an id, a prefix like 'gpu', or a concept); repeatable")
+    p.add_argument("--only", action="append", metavar="ID",
+                   help="run only these checks (an id, a prefix like 'gpu', or a concept); repeatable")
     p.add_argument("--all", action="store_true", help="also list the checks that passed")
     p.add_argument("--list-checks", action="store_true", help="list the checks and exit")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per --deep subprocess (default 60)")
@@ -27,10 +30,37 @@ def _console():
     return Console(file=sys.stdout, width=probe.width if probe.is_terminal else 120, soft_wrap=False)
 
 
+def _explain(args) -> int:
+    """--explain: imports only what it needs (no probe with --no-facts), so it answers in well under a second."""
+    from rubin.errors import bad_value
+
+    text = sys.stdin.read() if args.explain == "-" else args.explain
+    if not text.strip():
+        raise bad_value("--explain", args.explain, "a non-empty error text", "paste the error, or pipe a log with --explain -")
+    from rubin.doctor import explain
+
+    findings = None
+    if not args.no_facts:
+        from rubin.doctor import registry
+        from rubin.platform.probe import probe
+        from rubin.platform.sources import Sources
+
+        # ask_torch=False: the probe never imports torch here, so CUDA is never initialised by --explain
+        findings = registry.run_checks(probe(Sources(run_dir=args.run_dir), ask_torch=False))
+    rep = explain.report(text, findings, facts_used=findings is not None)
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        explain.render(_console(), rep)
+    return 0
+
+
 def run(args) -> int:
     from rubin.errors import ExitCode, bad_value
 
     t0 = time.perf_counter()
+    if args.explain is not None and not (args.list_checks or args.only):
+        return _explain(args)
     from rubin.doctor import registry
 
     checks = registry.all_checks()
@@ -49,25 +79,12 @@ def run(args) -> int:
                 raise bad_value("--only", o, "a check id, id prefix or concept (see --list-checks)")
     if args.timeout <= 0:
         raise bad_value("--timeout", args.timeout, "a positive number of seconds")
-
-    from rubin.platform.probe import probe
-    from rubin.platform.sources import Sources
-
     if args.explain is not None:
-        text = sys.stdin.read() if args.explain == "-" else args.explain
-        if not text.strip():
-            raise bad_value("--explain", args.explain, "a non-empty error text", "paste the error, or pipe a log with --explain -")
-        from rubin.doctor import explain, report
-
-        findings = None if args.no_facts else registry.run_checks(probe(Sources(run_dir=args.run_dir), ask_torch=False))
-        rep = explain.report(text, findings, facts_used=findings is not None)
-        if args.json:
-            print(json.dumps(rep, indent=2))
-        else:
-            report.render_explain(_console(), rep)
-        return 0
+        return _explain(args)
 
     from rubin.doctor import report
+    from rubin.platform.probe import probe
+    from rubin.platform.sources import Sources
 
     facts = probe(Sources(run_dir=args.run_dir))
     findings = registry.run_checks(facts, only=args.only)

@@ -100,24 +100,3 @@ def render(console, facts, findings: list[Finding], *, show_ok: bool = False, wa
         console.print(Text(f"{len(unk)} fact(s) could not be probed here, e.g. {name}: {why}", style="dim"))
     if not show_ok and s["ok"]:
         console.print(Text("(--all shows the passing checks; --json gives every fact with its source)", style="dim"))
-
-
-def render_explain(console, rep: dict) -> None:
-    from rich.text import Text
-
-    if not rep["matches"]:
-        console.print(Text("No known cause matches this text.", style="bold yellow"))
-        console.print("rubin's knowledge base does not recognize it, so it will not guess. Collect this and search or ask:")
-        for c in rep["collect"]:
-            console.print(f"  - {c}")
-        return
-    for i, m in enumerate(rep["matches"], 1):
-        head = Text(f"{i}. {m['title']}", style="bold") + Text(f"  [{m['id']}, {m['category']}, score {m['score']}]", style="dim")
-        console.print(head)
-        console.print(Text("   matched: ", style="bold") + Text(" | ".join(m["matched"])))
-        console.print(Text("   cause: ", style="bold") + Text(m["cause"]))
-        for f in m["fix"]:
-            console.print(Text("   fix: ", style="bold green") + Text(f))
-        for c in m["confirmed_by"]:
-            console.print(Text("   on this machine: ", style="bold magenta") + Text(f"{c['title']} ({c['evidence']})"))
-        console.print(Text(f"   source: {m['source']}", style="dim"))

@@ -7,7 +7,6 @@ Nothing here runs at import time; torch is imported inside the functions.
 
 from __future__ import annotations
 
-import os
 import resource
 import sys
 
@@ -83,6 +82,15 @@ def reset_peak_memory(device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
+def allocated_bytes(device) -> int:
+    """Bytes the CUDA caching allocator has handed out now (0 on CPU, which keeps no such counter)."""
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.memory_allocated(device))
+    return 0
+
+
 def peak_memory_bytes(device) -> int:
     """CUDA max allocated on GPU; the process's peak RSS on CPU."""
     if device.type == "cuda":
@@ -95,16 +103,6 @@ def peak_memory_bytes(device) -> int:
 def rss_peak_bytes() -> int:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def rss_bytes() -> int:
-    """Current resident set size (Linux /proc; falls back to the peak elsewhere)."""
-    try:
-        with open(f"/proc/{os.getpid()}/statm") as f:
-            pages = int(f.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return rss_peak_bytes()
 
 
 def manual_seed_all(seed: int) -> None:

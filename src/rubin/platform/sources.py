@@ -33,10 +33,6 @@ class Sources:
     def nvml_error(self) -> tuple[str | None, str | None]:
         return nvml_seam.load_error()
 
-    @property
-    def real_root(self) -> bool:
-        return os.path.abspath(self.root) == "/"
-
     def path(self, p: str) -> str:
         return os.path.join(self.root, p.lstrip("/"))
 
@@ -64,7 +60,3 @@ def guarded(source: str, fn: Callable[[], object]) -> Fact:
         return unknown(f"permission denied reading {exc.filename or source}", source)
     except Exception as exc:  # noqa: BLE001 - a probe must never crash the whole probe
         return unknown(f"{type(exc).__name__}: {exc}", source)
-
-
-def first_line(text: str) -> str:
-    return (text.strip().splitlines() or [""])[0].strip()

@@ -8,12 +8,40 @@ from importlib import resources
 
 import yaml
 
+from rubin.errors import RubinError
+
 GIB = 1024 ** 3
+
+
+def _strict_loader():
+    """yaml's C-accelerated safe loader (10x faster here: the knowledge base is 100+ KB) that refuses
+    duplicate keys like ``rubin.errors.load_yaml_text`` does."""
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Strict(base):  # type: ignore[misc, valid-type]
+        pass
+
+    def mapping(loader, node, deep=False):
+        keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
+        dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+        if dup is not None:
+            raise ValueError(f"duplicate key {dup!r}")
+        return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return Strict
 
 
 @functools.lru_cache(maxsize=None)
 def data(name: str) -> dict:
-    return yaml.safe_load(resources.files("rubin.doctor").joinpath("data", name).read_text())
+    """One of the doctor's data tables (data/<name>), parsed once; the single loader for all of them.
+
+    Duplicate keys are refused: in a table of facts a repeated key silently drops a row."""
+    text = resources.files("rubin.doctor").joinpath("data", name).read_text(encoding="utf-8")
+    try:
+        return yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader
+    except (yaml.YAMLError, ValueError) as exc:
+        raise RubinError(f"rubin's data file {name} is broken ({str(exc).splitlines()[0]}); reinstall rubin") from None
 
 
 def vtuple(text: str | None) -> tuple[int, ...]:
@@ -46,10 +74,6 @@ def nvidia_present(facts) -> bool:
         # when the PCI bus could not be read (with the bus readable, no NVIDIA device there is the answer)
         or (d.gpu_pci_devices.unknown and d.nvml_error_name.get("") not in ("", "LIBRARY_NOT_FOUND"))
     )
-
-
-def working_gpus(facts) -> bool:
-    return bool(facts.gpu_list())
 
 
 def cuda_tuple(text: str | None) -> tuple[int, int] | None:

@@ -1,0 +1,206 @@
+"""Text matching for ``--explain``: normalise a pasted log, tokenise it, and rank documents with BM25.
+
+A compact implementation instead of a dependency: BM25 is twenty lines, the libraries that offer it
+(rank-bm25, scikit-learn) bring numpy or much more, and the tokeniser below is where the real work
+is: it must throw away what differs between two pastes of the same error (paths, addresses, PIDs,
+ranks, timestamps, hex, versions) and keep what names it (``ncclSystemError``, ``libcudart``,
+``/dev/shm``). Word unigrams and bigrams plus a light suffix stemmer carry the wording; character
+4-grams of the longer words catch spellings the stemmer misses.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+# Order matters: timestamps before times before plain numbers, paths before versions.
+_NOISE = [
+    (re.compile(r"\x1b\[[0-9;]*m"), " "),  # ANSI colours
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}([.,]\d+)?)?(Z|[+-]\d{2}:?\d{2})?"), " "),  # ISO timestamps
+    (re.compile(r"\b[EWIFD]\d{4} \d{2}:\d{2}:\d{2}\.\d+"), " "),  # glog prefix: E0323 21:57:08.583
+    (re.compile(r"\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d+ \d{2}:\d{2}:\d{2}\b"), " "),  # syslog
+    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}([.,]\d+)?\b"), " "),  # bare times
+    (re.compile(r"\b[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"), " "),  # UUIDs (GPU-..., MIG-...)
+    (re.compile(r"\b\d{1,3}(\.\d{1,3}){3}([:<]\d+>?)?"), " ipaddr "),  # IPv4[:port] / ip<port>
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), " "),  # addresses
+    (re.compile(r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), " "),  # hashes, long hex
+    (re.compile(r"\b[pP][iI][dD][=: ]+\d+"), " pid "),  # pid=123, pid 123, PID: 123
+    (re.compile(r"\[?\b[rR]ank ?\d+\]?:?"), " rank "),  # [rank3]:, [Rank 3], Rank 3
+    (re.compile(r"\b(local_)?rank[=:] ?\d+"), " rank "),
+    # File "/a/b/c/dataloader.py", line 521, in __next__  ->  dataloader.py
+    (re.compile(r'File "(?:[^"]*[/\\])?([^"/\\]+)", line \d+(, in \S+)?'), r" \1 "),
+    (re.compile(r"(?<![\w.])(?:[A-Za-z]:)?(?:[\w.~+@-]*[/\\])+([\w.+-]+)"), r" \1 "),  # paths -> basename
+    (re.compile(r"\bv?\d+(\.\d+)+[a-z]?\d*\b"), " "),  # versions 2.7.8, 570.124.06, 12.1
+]
+
+STOP = frozenset("""a an and are as at be been but by can could do does for from has have if in into is it its
+    of on or so such that the then there these this to was were which while will with you your we our i my me
+    please see try using use may might""".split())
+
+_WORD = re.compile(r"[a-z][a-z0-9_]*")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+CHARGRAM_WEIGHT = 0.25  # a shared 4-gram is weak evidence: a long word yields many of them
+_SUFFIXES = ("ations", "ation", "ings", "ing", "ies", "ied", "ed", "es", "s")
+
+
+def normalize(text: str) -> str:
+    """The text with per-run noise (paths, addresses, PIDs, ranks, timestamps, hex, versions) removed."""
+    for pattern, repl in _NOISE:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper: 'initialized', 'initializing', 'initialization' -> 'initializ'."""
+    if len(word) > 5:
+        for suf in _SUFFIXES:
+            if word.endswith(suf) and len(word) - len(suf) >= 4:
+                return word[: -len(suf)]
+    return word
+
+
+def _tokens(text: str) -> list[tuple[str, bool]]:
+    """(stemmed word, is_part) pairs: camelCase and snake_case compounds also give their parts."""
+    out: list[tuple[str, bool]] = []
+    for raw in re.findall(r"[A-Za-z][A-Za-z0-9_]*", normalize(text)):
+        low = raw.lower()
+        if low in STOP or len(low) < 2:
+            continue
+        out.append((stem(low), False))  # the compound itself is the strongest term (ncclsystemerror)
+        parts = [p.lower() for chunk in raw.split("_") for p in _CAMEL.findall(chunk)]
+        parts = [p for p in parts if len(p) > 1 and not p.isdigit() and p not in STOP]
+        if len(parts) > 1:
+            out.extend((stem(p), True) for p in parts)
+    return out
+
+
+def words(text: str) -> list[str]:
+    """Stemmed words of the normalised text, compounds followed by their parts."""
+    return [w for w, _ in _tokens(text)]
+
+
+def terms(text: str) -> list[str]:
+    """Index terms: word unigrams, bigrams of adjacent words as written (not of a compound's parts),
+    and character 4-grams (marked '#') of words of 7+ letters."""
+    toks = _tokens(text)
+    ws = [w for w, _ in toks]
+    surface = [w for w, part in toks if not part]
+    out = list(ws)
+    out.extend(f"{a} {b}" for a, b in zip(surface, surface[1:]))
+    for w in ws:
+        if len(w) >= 7 and "_" not in w:
+            out.extend(f"#{w[i:i + 4]}" for i in range(len(w) - 3))
+    return out
+
+
+class BM25:
+    """Okapi BM25 over pre-tokenised documents. Queries count each distinct term once, so a log that
+    repeats a line 500 times does not outweigh the one line that names the error."""
+
+    def __init__(self, docs: list[list[str]], k1: float = 1.2, b: float = 0.75):
+        self.k1, self.b = k1, b
+        self.tf = [Counter(d) for d in docs]
+        self.len = [len(d) for d in docs]
+        self.avg = sum(self.len) / max(len(docs), 1)
+        df: Counter = Counter()
+        for tf in self.tf:
+            df.update(tf.keys())
+        n = len(docs)
+        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+
+    def scores(self, query: list[str]) -> list[tuple[float, list[str]]]:
+        """(score, matched terms) for every document, in document order."""
+        q = [t for t in set(query) if t in self.idf]
+        out = []
+        for tf, n in zip(self.tf, self.len):
+            norm = self.k1 * (1 - self.b + self.b * n / self.avg)
+            score, hit = 0.0, []
+            for t in q:
+                f = tf.get(t)
+                if f:
+                    weight = CHARGRAM_WEIGHT if t[0] == "#" else 1.0
+                    score += weight * self.idf[t] * f * (self.k1 + 1) / (f + norm)
+                    hit.append(t)
+            out.append((score, hit))
+        return out
+
+
+def required_literals(pattern: str) -> list[str] | None:
+    """For each top-level alternative of a regex, its longest literal run that any match must contain
+    (lowercased, 3+ characters); None when some alternative has none. Searching 600 case-insensitive
+    regexes through a long log is the slow part of --explain; a substring test skips most of them."""
+    branches, depth, cls, cur, i = [], 0, False, [], 0
+    while i < len(pattern):  # split at top-level '|'
+        c = pattern[i]
+        if c == "\\":
+            cur.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if cls:
+            cls = c != "]"
+        elif c == "[":
+            cls = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            branches.append("".join(cur))
+            cur = []
+            i += 1
+            continue
+        cur.append(c)
+        i += 1
+    branches.append("".join(cur))
+    out = []
+    for b in branches:
+        best = _longest_literal(b)
+        if len(best) < 3:
+            return None
+        out.append(best.lower())
+    return out
+
+
+_ESCAPED_LITERAL = set(".()[]{}*+?|^$\\/-'\"`<>:=! ")
+
+
+def _longest_literal(branch: str) -> str:
+    """The longest run of literal characters at depth 0 of a regex branch, none of them quantified."""
+    runs, cur, depth, cls, i = [], "", 0, False, 0
+    while i < len(branch):
+        c = branch[i]
+        nxt = branch[i + 2:i + 3] if c == "\\" else branch[i + 1:i + 2]
+        if c == "\\":
+            lit = branch[i + 1:i + 2]
+            i += 2
+            if depth == 0 and not cls and lit in _ESCAPED_LITERAL and nxt not in "?*{":
+                cur += lit
+                continue
+            runs.append(cur)
+            cur = ""
+            continue
+        i += 1
+        if cls:
+            cls = c != "]"
+            continue
+        if c in "([":
+            depth += c == "("
+            cls = c == "["
+            runs.append(cur)
+            cur = ""
+        elif c == ")":
+            depth -= 1
+        elif c in ".^$*+?{}|":
+            if c in "?*{" and cur:  # the quantifier makes the last character optional
+                cur = cur[:-1]
+            runs.append(cur)
+            cur = ""
+        elif depth == 0:
+            if nxt in ("?", "*", "{"):
+                runs.append(cur)
+                cur = ""
+            else:
+                cur += c
+    runs.append(cur)
+    return max(runs, key=len)
