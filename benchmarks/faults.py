@@ -23,7 +23,6 @@ Below the table come the figures: sync save time, async stall, SIGTERM-to-exit t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -36,45 +35,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MLP = [
-    "run.epochs=null", "model.name=mlp", "model.args={hidden: 32, depth: 2}",
-    "data.name=synthetic", "data.args={num_samples: 512, features: 16, num_classes: 4}",
-    "data.batch_size=32", "telemetry.log_every_steps=1", "optim.warmup_steps=2", "run.deterministic=true",
-]
-# 40 steps (16 per epoch: two epoch boundaries), 4 accumulation micro-steps, dropout (RNG state matters).
-RESUME_CFG = MLP + ["run.max_steps=40", "data.micro_batch_size=8", "checkpoint.every_steps=3",
-                    "model.args={hidden: 32, depth: 2, dropout: 0.2}"]
-# 12 steps, a checkpoint every 3, one DataLoader worker (it must survive the signals too).
-FAULT_CFG = MLP + ["run.max_steps=12", "checkpoint.every_steps=3", "data.num_workers=1"]
-ASYNC_CFG = FAULT_CFG + ["checkpoint.async=true"]
-HANG_TIMEOUT_S = 5
-GRACE_S = 25.0  # checkpoint.preemption_grace_s default
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import faultkit  # noqa: E402 - the one fault harness, shared with the tests
+from faultkit import ASYNC_CFG, DAMAGES, FAULT_CFG, GRACE_S, HANG_TIMEOUT_S, RESUME_CFG, Fault, child_env, ckpt, events, metric_steps  # noqa: E402
 
 
 class Fail(Exception):
     """A scenario did not behave as specified; the message goes into the table."""
 
 
-# -- processes ------------------------------------------------------------------------------
-def child_env(fault: str | None) -> dict:
-    env = dict(os.environ)
-    env.pop("RUBIN_FAULT", None)
-    env.pop("TORCHELASTIC_RESTART_COUNT", None)
-    env.setdefault("OMP_NUM_THREADS", "1")  # the same for references and faults, and kind to shared cores
-    if fault:
-        env["RUBIN_FAULT"] = fault
-    return env
-
-
-def train_cmd(run_dir: Path, cfg: list[str], *, nproc: int = 0, max_restarts: int = 0) -> list[str]:
-    args = ["train", "--quiet", "--set", f"run.dir={run_dir}"]
-    for item in cfg:
-        args += ["--set", item]
-    if not nproc:
-        return [sys.executable, "-m", "rubin", *args]
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
-            f"--max-restarts={max_restarts}", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0",
-            "-m", "rubin", *args]
+def train_cmd(run_dir: Path, cfg, *, nproc: int = 0, max_restarts: int = 0) -> list[str]:
+    return faultkit.train_cmd(run_dir, list(cfg), nproc=nproc, max_restarts=max_restarts)
 
 
 class Child:
@@ -138,31 +109,11 @@ def expect_rc(child: Child, want, what: str) -> None:
 
 
 # -- run-dir artefacts ----------------------------------------------------------------------
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass  # a line torn by a SIGKILL
-    return out
-
-
-def events(run_dir: Path, kind: str | None = None, since: float = 0.0) -> list[dict]:
-    return [e for e in read_jsonl(run_dir / "events.jsonl") if (kind is None or e.get("kind") == kind) and e.get("time", 0) >= since]
-
-
 def summary(run_dir: Path) -> dict:
-    p = run_dir / "summary.json"
-    if not p.exists():
+    s = faultkit.summary(run_dir)
+    if s is None:
         raise Fail("no summary.json after the run")
-    return json.loads(p.read_text())
-
-
-def metric_steps(run_dir: Path) -> list[int]:
-    return [int(r["step"]) for r in read_jsonl(run_dir / "metrics.jsonl") if "step" in r]
+    return s
 
 
 def last_before_resume(steps: list[int], resumed: int) -> int:
@@ -171,10 +122,6 @@ def last_before_resume(steps: list[int], resumed: int) -> int:
         if steps[i] <= steps[i - 1]:
             return steps[i - 1]
     return resumed  # the attempts' steps join without overlap: nothing was re-done
-
-
-def ckpt(run_dir: Path, step: int) -> Path:
-    return run_dir / "checkpoints" / f"step-{step:08d}"
 
 
 # -- the bench -----------------------------------------------------------------------------
@@ -191,7 +138,7 @@ class Trial:
 @dataclass
 class Scenario:
     name: str
-    fn: object
+    fault: Fault
     quick: bool = True
     digest_by_design: bool = False  # the scenario changes training on purpose (a dropped update)
     trials: list[Trial] = field(default_factory=list)
@@ -271,11 +218,11 @@ class Bench:
             t.digest = s["param_digest"] == self.ref(ref_key)
         return t
 
-    def crashed_base(self, trial: int) -> tuple[Path, int]:
+    def crashed_base(self, trial: int, fault: str) -> tuple[Path, int]:
         """One run SIGKILLed at step 8 (checkpoints 3 and 6 on disk), copied for each kind of damage."""
         if trial not in self._crashed:
             run_dir = self.fresh("crashed-at-8")
-            child = run(train_cmd(run_dir, FAULT_CFG), fault="crash@step=8")
+            child = run(train_cmd(run_dir, FAULT_CFG), fault=fault)
             expect_rc(child, -signal.SIGKILL, "run killed at step 8")
             if not (ckpt(run_dir, 6) / "COMMITTED").is_file():
                 raise Fail("no committed checkpoint of step 6 to damage")
@@ -283,31 +230,24 @@ class Bench:
         return self._crashed[trial]
 
 
-# -- scenarios -------------------------------------------------------------------------------
-def sigkill(fault: str):
-    def fn(b: Bench, trial: int) -> Trial:
-        b.ref("resume")
-        run_dir = b.fresh("sigkill")
-        child = run(train_cmd(run_dir, RESUME_CFG), fault=fault)
-        expect_rc(child, -signal.SIGKILL, "killed run")
-        if (run_dir / "summary.json").exists():
-            raise Fail("the killed run wrote a summary: it was not killed mid-run")
-        return b.rerun(run_dir, RESUME_CFG, 40, "resume")
-    return fn
+# -- scenarios: one function per kind of fault in faultkit.SCENARIOS ---------------------------------
+def sigkill(b: Bench, trial: int, sc: Fault) -> Trial:
+    b.ref("resume")
+    run_dir = b.fresh("sigkill")
+    child = run(train_cmd(run_dir, sc.cfg), fault=sc.fault)
+    expect_rc(child, -signal.SIGKILL, "killed run")
+    if (run_dir / "summary.json").exists():
+        raise Fail("the killed run wrote a summary: it was not killed mid-run")
+    return b.rerun(run_dir, RESUME_CFG, 40, "resume")
 
 
-def sigterm_external(nproc: int = 0):
-    def fn(b: Bench, trial: int) -> Trial:
-        return _sigterm_external(b, nproc)
-    return fn
-
-
-def _sigterm_external(b: Bench, nproc: int) -> Trial:
+def sigterm_external(b: Bench, trial: int, sc: Fault) -> Trial:
     """A real SIGTERM from outside (Popen.send_signal) while a long run trains with a DataLoader worker.
 
     With NPROC ranks the signal goes to torchrun, which forwards it to its workers (as on a
     preempted node); torchrun itself then exits 1, so only the ranks' own exit is 75.
     """
+    nproc = sc.nproc
     run_dir = b.fresh(f"sigterm-ext-{nproc or 1}")
     cfg = FAULT_CFG + ["run.max_steps=100000", "checkpoint.every_steps=1000"]
     child = Child(train_cmd(run_dir, cfg, nproc=nproc))
@@ -346,19 +286,36 @@ def _sigterm_external(b: Bench, nproc: int) -> Trial:
     return t
 
 
-def sigterm_injected(b: Bench, trial: int) -> Trial:
+def sigterm_injected(b: Bench, trial: int, sc: Fault) -> Trial:
     run_dir = b.fresh("sigterm-5")
-    child = run(train_cmd(run_dir, FAULT_CFG), fault="sigterm@step=5")
-    expect_rc(child, 75, "SIGTERM at step 5")
+    child = run(train_cmd(run_dir, sc.cfg, nproc=sc.nproc), fault=sc.fault)
+    expect_rc(child, (lambda rc: rc != 0) if sc.nproc else 75, f"{sc.fault}")  # torchrun exits 1 when its ranks exit 75
     s = summary(run_dir)
     if s.get("status") != "preempted" or not (ckpt(run_dir, int(s["steps"])) / "COMMITTED").is_file():
         raise Fail(f"status {s.get('status')} at step {s.get('steps')}, no committed emergency checkpoint")
-    return b.rerun(run_dir, FAULT_CFG, 12, "fault")
+    t = b.rerun(run_dir, FAULT_CFG, 12, "fault-2rank" if sc.nproc else "fault", nproc=sc.nproc)
+    t.note = f"every rank stopped at step {s['steps']}"
+    return t
 
 
-def sigterm_in_checkpoint(b: Bench, trial: int) -> Trial:
+def sigterm_latency(b: Bench, trial: int, sc: Fault) -> Trial:
+    """Rank 0 alone gets SIGTERM while nothing logs: how long until both ranks agree to stop (``reaction_s``)."""
+    run_dir = b.fresh("sigterm-latency")
+    child = run(train_cmd(run_dir, sc.cfg, nproc=sc.nproc), fault=sc.fault)
+    expect_rc(child, lambda rc: rc != 0, "torchrun, ranks exiting 75")
+    s = summary(run_dir)
+    stopped = events(run_dir, "preempted")
+    if s.get("status") != "preempted" or not stopped or stopped[0].get("reaction_s") is None:
+        raise Fail(f"status {s.get('status')}, preempted events {stopped}")
+    reaction = float(stopped[0]["reaction_s"])
+    b.figure("preempt_reaction_s", reaction)
+    b.figure("preempt_steps_late", int(s["steps"]) - 40)
+    return Trial(lost=0, recover_s=reaction, note=f"signal at step 40, both ranks stopped at step {s['steps']}")
+
+
+def sigterm_in_checkpoint(b: Bench, trial: int, sc: Fault) -> Trial:
     run_dir = b.fresh("sigterm-ckpt")
-    child = run(train_cmd(run_dir, FAULT_CFG), fault="sigterm@step=6,phase=checkpoint")
+    child = run(train_cmd(run_dir, sc.cfg), fault=sc.fault)
     expect_rc(child, 75, "SIGTERM during the save of step 6")
     for d in (run_dir / "checkpoints").iterdir():
         if d.name.startswith(".tmp") and (d / "COMMITTED").exists():
@@ -370,49 +327,27 @@ def sigterm_in_checkpoint(b: Bench, trial: int) -> Trial:
     return t
 
 
-def _truncate(d: Path) -> None:
-    f = d / "model.pt"
-    f.write_bytes(f.read_bytes()[:100])
+def damaged(b: Bench, trial: int, sc: Fault) -> Trial:
+    base, _ = b.crashed_base(trial, sc.fault)
+    run_dir = b.fresh(f"damaged-{sc.arg}")
+    shutil.copytree(base, run_dir)
+    DAMAGES[sc.arg](ckpt(run_dir, 6))
+    t = b.rerun(run_dir, FAULT_CFG, 12, "fault")
+    if t.resumed_from != 3:
+        raise Fail(f"resumed from step {t.resumed_from}, expected the fallback to step 3")
+    bad = events(run_dir, "checkpoint_invalid")
+    if sc.arg != "missing-marker":
+        if not bad or bad[-1]["step"] != 6:
+            raise Fail("no checkpoint_invalid event for the damaged step 6")
+        t.note = "detected: " + bad[-1]["reason"].split(";")[0][:70]
+    else:
+        t.note = "unmarked folder is not a checkpoint"
+    return t
 
 
-def _flip(d: Path) -> None:
-    f = d / "optim.pt"
-    data = bytearray(f.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    f.write_bytes(bytes(data))
-
-
-def _drop(d: Path) -> None:
-    (d / "rng-rank-0.pt").unlink()
-
-
-def _unmark(d: Path) -> None:
-    (d / "COMMITTED").unlink()
-
-
-def damaged(damage):
-    def fn(b: Bench, trial: int) -> Trial:
-        base, _ = b.crashed_base(trial)
-        run_dir = b.fresh(f"damaged-{damage.__name__.strip('_')}")
-        shutil.copytree(base, run_dir)
-        damage(ckpt(run_dir, 6))
-        t = b.rerun(run_dir, FAULT_CFG, 12, "fault")
-        if t.resumed_from != 3:
-            raise Fail(f"resumed from step {t.resumed_from}, expected the fallback to step 3")
-        bad = events(run_dir, "checkpoint_invalid")
-        if damage is not _unmark:
-            if not bad or bad[-1]["step"] != 6:
-                raise Fail("no checkpoint_invalid event for the damaged step 6")
-            t.note = "detected: " + bad[-1]["reason"].split(";")[0][:70]
-        else:
-            t.note = "unmarked folder is not a checkpoint"
-        return t
-    return fn
-
-
-def disk_full(b: Bench, trial: int) -> Trial:
+def disk_full(b: Bench, trial: int, sc: Fault) -> Trial:
     run_dir = b.fresh("diskfull")
-    child = run(train_cmd(run_dir, FAULT_CFG), fault="diskfull@save=2")
+    child = run(train_cmd(run_dir, sc.cfg), fault=sc.fault)
     expect_rc(child, 1, "ENOSPC during the 2nd save")
     if "disk full" not in child.text.lower() or "Traceback" in child.text:
         raise Fail(f"not one clear disk-full error: {child.tail()}")
@@ -424,35 +359,34 @@ def disk_full(b: Bench, trial: int) -> Trial:
     return t
 
 
-def nan(policy: str):
-    def fn(b: Bench, trial: int) -> Trial:
-        run_dir = b.fresh(f"nan-{policy}")
-        child = run(train_cmd(run_dir, FAULT_CFG + [f"faults.nan_policy={policy}"]), fault="nan@step=5")
-        expect_rc(child, 0, f"nan_policy={policy}")
-        s = summary(run_dir)
-        nans = events(run_dir, "nan")
-        if not nans or nans[0]["step"] != 5 or s.get("steps") != 12:
-            raise Fail(f"nan events {[e.get('step') for e in nans]}, ended at step {s.get('steps')}")
-        t = Trial(digest=s["param_digest"] == b.ref("fault"))
-        if policy == "skip":
-            if s.get("nan_skips") != 1:
-                raise Fail(f"nan_skips={s.get('nan_skips')}, expected 1")
-            t.lost, t.note = 0, "1 update dropped, run completes"
-        else:
-            rb = events(run_dir, "rollback")
-            if s.get("rollbacks") != 1 or not rb:
-                raise Fail(f"rollbacks={s.get('rollbacks')}, expected 1")
-            t.lost = int(rb[0]["step"]) - 1 - int(rb[0]["to_step"])
-            t.recover_s = rb[0]["time"] - nans[0]["time"]
-            t.note = f"rolled back to step {rb[0]['to_step']}, bad window skipped"
-        return t
-    return fn
+def nan(b: Bench, trial: int, sc: Fault) -> Trial:
+    policy = sc.arg
+    run_dir = b.fresh(f"nan-{policy}")
+    child = run(train_cmd(run_dir, list(sc.cfg) + [f"faults.nan_policy={policy}"]), fault=sc.fault)
+    expect_rc(child, 0, f"nan_policy={policy}")
+    s = summary(run_dir)
+    nans = events(run_dir, "nan")
+    if not nans or nans[0]["step"] != 5 or s.get("steps") != 12:
+        raise Fail(f"nan events {[e.get('step') for e in nans]}, ended at step {s.get('steps')}")
+    t = Trial(digest=s["param_digest"] == b.ref("fault"))
+    if policy == "skip":
+        if s.get("nan_skips") != 1:
+            raise Fail(f"nan_skips={s.get('nan_skips')}, expected 1")
+        t.lost, t.note = 0, "1 update dropped, run completes"
+    else:
+        rb = events(run_dir, "rollback")
+        if s.get("rollbacks") != 1 or not rb:
+            raise Fail(f"rollbacks={s.get('rollbacks')}, expected 1")
+        t.lost = int(rb[0]["step"]) - 1 - int(rb[0]["to_step"])
+        t.recover_s = rb[0]["time"] - nans[0]["time"]
+        t.note = f"rolled back to step {rb[0]['to_step']}, bad window skipped"
+    return t
 
 
-def elastic(b: Bench, trial: int) -> Trial:
+def elastic(b: Bench, trial: int, sc: Fault) -> Trial:
     b.ref("fault-2rank")
     run_dir = b.fresh("elastic")
-    child = run(train_cmd(run_dir, FAULT_CFG, nproc=2, max_restarts=1), fault="crash@step=7,rank=1", timeout=300)
+    child = run(train_cmd(run_dir, sc.cfg, nproc=sc.nproc, max_restarts=1), fault=sc.fault, timeout=300)
     expect_rc(child, 0, "torchrun --max-restarts 1")
     s = summary(run_dir)
     resumed = events(run_dir, "resume")
@@ -467,10 +401,9 @@ def elastic(b: Bench, trial: int) -> Trial:
     return t
 
 
-def stall(b: Bench, trial: int) -> Trial:
+def stall(b: Bench, trial: int, sc: Fault) -> Trial:
     run_dir = b.fresh("stall")
-    cfg = FAULT_CFG + [f"faults.hang_timeout_s={HANG_TIMEOUT_S}"]
-    child = run(train_cmd(run_dir, cfg, nproc=2), fault="stall@step=5,rank=1", timeout=180)
+    child = run(train_cmd(run_dir, sc.cfg, nproc=sc.nproc), fault=sc.fault, timeout=180)
     expect_rc(child, lambda rc: rc != 0, "non-zero")
     t_stall = child.first("rubin-fault: stall")
     if t_stall is None:
@@ -488,47 +421,28 @@ def stall(b: Bench, trial: int) -> Trial:
     return t
 
 
-def async_kill(phase: str):
-    def fn(b: Bench, trial: int) -> Trial:
-        b.ref("async")
-        run_dir = b.fresh(f"async-{phase}")
-        child = run(train_cmd(run_dir, ASYNC_CFG), fault=f"crash@step=6,phase={phase}")
-        expect_rc(child, -signal.SIGKILL, f"SIGKILL in the background save at {phase}")
-        tmp = run_dir / "checkpoints" / ".tmp-step-00000006"
-        if ckpt(run_dir, 6).exists() or not tmp.is_dir():
-            raise Fail("the kill did not land inside the background save of step 6")
-        at = max(metric_steps(run_dir), default=0)
-        t = b.rerun(run_dir, ASYNC_CFG, 12, "async")
-        if t.resumed_from != 3 or tmp.exists():
-            raise Fail(f"resumed from {t.resumed_from}, tmp folder left: {tmp.exists()}")
-        what = {"manifest": "manifest written, no marker", "commit": "marker written, not renamed"}.get(phase, phase)
-        t.note = f"killed in the background ({what}), loop at step {at}"
-        return t
-    return fn
+def async_kill(b: Bench, trial: int, sc: Fault) -> Trial:
+    phase = sc.arg
+    b.ref("async")
+    run_dir = b.fresh(f"async-{phase}")
+    child = run(train_cmd(run_dir, sc.cfg), fault=sc.fault)
+    expect_rc(child, -signal.SIGKILL, f"SIGKILL in the background save at {phase}")
+    tmp = run_dir / "checkpoints" / ".tmp-step-00000006"
+    if ckpt(run_dir, 6).exists() or not tmp.is_dir():
+        raise Fail("the kill did not land inside the background save of step 6")
+    at = max(metric_steps(run_dir), default=0)
+    t = b.rerun(run_dir, ASYNC_CFG, 12, "async")
+    if t.resumed_from != 3 or tmp.exists():
+        raise Fail(f"resumed from {t.resumed_from}, tmp folder left: {tmp.exists()}")
+    what = {"manifest": "manifest written, no marker", "commit": "marker written, not renamed"}.get(phase, phase)
+    t.note = f"killed in the background ({what}), loop at step {at}"
+    return t
 
 
-SCENARIOS = [
-    Scenario("SIGKILL step 5 (mid-epoch)", sigkill("crash@step=5")),
-    Scenario("SIGKILL step 7 micro-2 (mid-accumulation)", sigkill("crash@step=7,phase=micro-2")),
-    Scenario("SIGKILL step 17 (1st step of epoch 2)", sigkill("crash@step=17"), quick=False),
-    Scenario("SIGKILL step 23 backward", sigkill("crash@step=23,phase=backward"), quick=False),
-    Scenario("SIGKILL step 31 optimizer", sigkill("crash@step=31,phase=optimizer"), quick=False),
-    Scenario("SIGTERM external (send_signal)", sigterm_external()),
-    Scenario("SIGTERM to torchrun, 2 ranks", sigterm_external(2), quick=False),
-    Scenario("SIGTERM at step 5, rerun", sigterm_injected, quick=False),
-    Scenario("SIGTERM during checkpoint write", sigterm_in_checkpoint),
-    Scenario("newest checkpoint truncated", damaged(_truncate)),
-    Scenario("newest checkpoint byte flipped", damaged(_flip), quick=False),
-    Scenario("newest checkpoint file missing", damaged(_drop), quick=False),
-    Scenario("newest checkpoint marker missing", damaged(_unmark), quick=False),
-    Scenario("disk full during save", disk_full),
-    Scenario("NaN at step 5, nan_policy=skip", nan("skip"), quick=False, digest_by_design=True),
-    Scenario("NaN at step 5, nan_policy=rollback", nan("rollback"), digest_by_design=True),
-    Scenario("rank 1 crash, torchrun --max-restarts 1", elastic),
-    Scenario(f"rank 1 stall, hang_timeout_s={HANG_TIMEOUT_S}", stall),
-    Scenario("async save, SIGKILL at manifest", async_kill("manifest")),
-    Scenario("async save, SIGKILL at commit", async_kill("commit"), quick=False),
-]
+RUNNERS = {"sigkill": sigkill, "sigterm-external": sigterm_external, "sigterm": sigterm_injected, "sigterm-latency": sigterm_latency,
+           "sigterm-checkpoint": sigterm_in_checkpoint, "damage": damaged, "diskfull": disk_full, "nan": nan,
+           "elastic": elastic, "stall": stall, "async-kill": async_kill}
+SCENARIOS = [Scenario(f.name, f, quick=f.quick, digest_by_design=f.digest_by_design) for f in faultkit.SCENARIOS]
 
 
 # -- output ----------------------------------------------------------------------------------
@@ -577,12 +491,18 @@ def figures(b: Bench) -> list[str]:
         commit = f", SIGTERM -> emergency checkpoint committed median {med('sigterm_commit_s'):.3f} s" if f.get("sigterm_commit_s") else ""
         out.append(f"SIGTERM -> exit 75: median {med('sigterm_exit_s'):.2f} s, max {max(f['sigterm_exit_s']):.2f} s "
                    f"(checkpoint.preemption_grace_s default {GRACE_S:g} s){commit}")
+    if f.get("preempt_reaction_s"):
+        r = sorted(f["preempt_reaction_s"])
+        out.append("signal -> stop agreed by both ranks between log points (preempted.reaction_s): "
+                   f"median {med('preempt_reaction_s'):.2f} s, "
+                   f"min {r[0]:.2f} s, max {r[-1]:.2f} s, n={len(r)}; steps run after the signal: median {med('preempt_steps_late'):g}")
     if med("sigterm_torchrun_exit_s") is not None:
         out.append(f"SIGTERM to torchrun (2 ranks) -> all ranks stopped: median {med('sigterm_torchrun_exit_s'):.2f} s; "
                    "torchrun itself exits 1, not 75: requeue on summary.json status, or always rerun")
     digests = {k: v[0] for k, v in b._refs.items() if v[0]}
     if "fault" in digests and "async" in digests:
-        out.append(f"async and sync reference runs end with the same param_digest: {'yes' if digests['fault'] == digests['async'] else 'no'}")
+        same = "yes" if digests["fault"] == digests["async"] else "no"
+        out.append(f"async and sync reference runs end with the same param_digest: {same}")
     return out
 
 
@@ -596,7 +516,8 @@ def main() -> int:
     args = ap.parse_args()
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="rubin-faults-"))
     root.mkdir(parents=True, exist_ok=True)
-    chosen = [s for s in SCENARIOS if (s.quick or not args.quick) and (not args.only or any(o.lower() in s.name.lower() for o in args.only))]
+    chosen = [s for s in SCENARIOS
+              if (s.quick or not args.quick) and (not args.only or any(o.lower() in s.name.lower() for o in args.only))]
     b = Bench(root)
     t_all = time.time()
     try:
@@ -604,7 +525,7 @@ def main() -> int:
             t0 = time.time()
             for trial in range(args.trials):
                 try:
-                    sc.trials.append(sc.fn(b, trial))
+                    sc.trials.append(RUNNERS[sc.fault.kind](b, trial, sc.fault))
                 except Fail as err:
                     sc.failures.append(str(err))
                 except Exception as err:  # noqa: BLE001 - one broken scenario must not stop the table

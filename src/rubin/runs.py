@@ -11,18 +11,24 @@
   summary.json    status, steps, final_loss, param_digest, samples_per_s, eval, wall_s, exit reason
 ```
 
-Rank 0 writes the shared files. Every JSONL line is flushed (and the small JSON files are
-replaced atomically) so that a crash or a ``tail -f`` never sees half a record.
+Rank 0 writes the shared files. Every JSONL line goes out in one ``write`` on an append-only
+descriptor and is cut back if that fails, and the small JSON files are replaced atomically, so a
+crash, a full disk or a ``tail -f`` never sees half a record. Readers still skip and report a bad
+line (one written by another tool, or bytes damaged on disk) rather than fail on it. Events and
+the saved config pass through ``rubin.redact`` so that no credential lands in the run dir.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import time
 from pathlib import Path
 from typing import Any
+
+from rubin.redact import redact, redact_obj
 
 CONFIG = "config.yaml"
 ENV = "env.json"
@@ -38,6 +44,7 @@ EVENT_KINDS = (
     "checkpoint_skipped",
     "checkpoint_loaded",
     "checkpoint_invalid",
+    "checkpoint_quarantined",
     "resume",
     "preempted",
     "nan",
@@ -45,6 +52,7 @@ EVENT_KINDS = (
     "restart",
     "hang",
     "warning",
+    "lock_taken_over",
     "end",
 )
 
@@ -71,6 +79,54 @@ def write_json_atomic(path: Path, data: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def append_line(fd: int, line: bytes, path: Path, checkpoints: Path | None = None) -> None:
+    """Append LINE whole or not at all: one ``write`` on an O_APPEND descriptor, cut back on failure.
+
+    A short write or a full disk would leave half a JSON object that every later line is glued
+    to; instead the file is truncated back to where it was and the failure is one clear error.
+    """
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(errno.ENOSPC, f"short write ({written} of {len(line)} bytes)")
+    except OSError as err:
+        try:
+            os.ftruncate(fd, start)
+        except OSError:
+            pass
+        raise log_write_error(path, err, checkpoints) from err
+
+
+def _ends_torn(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except OSError:
+        return False
+
+
+def log_write_error(path: Path, err: OSError, checkpoints: Path | None):
+    from rubin.errors import RubinError
+
+    full = err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    what = "disk full" if full else (err.strerror or str(err))
+    kept = "; the previous committed checkpoint is kept" if checkpoints is not None and _has_committed(checkpoints) else ""
+    fix = "free space on that disk or set run.dir elsewhere, then rerun to resume" if full else "check the run dir, then rerun"
+    return RubinError(f"could not write {path}: {what}: the line was not written{kept}; {fix}")
+
+
+def _has_committed(checkpoints: Path) -> bool:
+    try:
+        return any((p / "COMMITTED").is_file() for p in Path(checkpoints).iterdir() if p.name.startswith("step-"))
+    except OSError:
+        return False
 
 
 def read_json(path: Path) -> Any:
@@ -137,20 +193,37 @@ class RunDir:
     def exists(self) -> bool:
         return (self.path / CONFIG).exists()
 
+    def lock(self):
+        """Take this run dir's exclusive lock (rank 0, creating the dir); see ``rubin.runlock``."""
+        from rubin import runlock
+
+        runlock.check_writable_dir(self.path)
+        return runlock.acquire(self.path)
+
     def create(self) -> None:
         if self.is_writer:
             self.checkpoints.mkdir(parents=True, exist_ok=True)
 
     # -- whole files -------------------------------------------------------------
     def write_config(self, text: str) -> None:
+        """Write the resolved config (secrets in it redacted: the run dir is often shared)."""
         if self.is_writer:
             tmp = self.path / f".{CONFIG}.tmp"
-            tmp.write_text(text)
+            tmp.write_text(redact(text))
             os.replace(tmp, self.path / CONFIG)
 
     def read_config_text(self) -> str | None:
         p = self.path / CONFIG
-        return p.read_text() if p.exists() else None
+        return p.read_bytes().decode("utf-8", errors="replace") if p.exists() else None  # damaged bytes never crash a reader
+
+    def read_config(self) -> dict | None:
+        """The saved config as a mapping, None when there is none; a garbled one is a one-line UsageError."""
+        from rubin.errors import load_mapping
+
+        p = self.path / CONFIG
+        if not p.exists() and not p.is_symlink():
+            return None
+        return load_mapping(p, "the run dir's config", f"move {str(self.path)!r} aside or use another run.dir")
 
     def write_env(self, env: dict) -> None:
         if self.is_writer:
@@ -168,11 +241,13 @@ class RunDir:
     def _append(self, name: str, row: dict) -> None:
         if not self.is_writer:
             return
-        f = self._files.get(name)
-        if f is None:
-            f = self._files[name] = open(self.path / name, "a", buffering=1)
-        f.write(json.dumps(_clean(row), separators=(",", ":")) + "\n")
-        f.flush()
+        path = self.path / name
+        fd = self._files.get(name)
+        if fd is None:
+            fd = self._files[name] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            if _ends_torn(path):  # a line torn by an older writer or a crash: never glue the next one to it
+                append_line(fd, b"\n", path, self.checkpoints)
+        append_line(fd, (json.dumps(_clean(row), separators=(",", ":")) + "\n").encode(), path, self.checkpoints)
 
     def log_metrics(self, row: dict) -> None:
         self._append(METRICS, row)
@@ -182,9 +257,16 @@ class RunDir:
 
     def event(self, kind: str, **details: Any) -> dict:
         assert kind in EVENT_KINDS, kind  # internal invariant: kinds are a closed set
-        row = {"time": time.time(), "kind": kind, "rank": self.rank, **details}
+        row = {"time": time.time(), "kind": kind, "rank": self.rank, **redact_obj(details)}
         self._append(EVENTS, row)
         return row
+
+    def damaged_lines(self) -> list[str]:
+        """Every line of the JSONL files that readers skip (torn, not UTF-8, not an object), described."""
+        problems: list[str] = []
+        for name in (METRICS, EVAL, EVENTS):
+            read_jsonl(self.path / name, problems)
+        return problems
 
     def metrics(self) -> list[dict]:
         return read_jsonl(self.path / METRICS)
@@ -196,6 +278,14 @@ class RunDir:
         return read_jsonl(self.path / EVENTS)
 
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()
+        """Close the line files; the writer also gives up the run dir's lock (if this process holds it)."""
+        if self.is_writer:
+            from rubin import runlock
+
+            runlock.release(self.path)
+        for fd in self._files.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         self._files.clear()

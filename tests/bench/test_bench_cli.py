@@ -5,9 +5,9 @@ import subprocess
 import sys
 
 import pytest
+from utils import invoke
 
 from rubin.bench import results
-from utils import invoke
 
 
 @pytest.mark.slow

@@ -3,9 +3,9 @@
 import json
 
 import pytest
+from utils import invoke
 
 from rubin.bench import compare, results
-from utils import invoke
 
 
 def fig(median, spread=0.01):

@@ -55,7 +55,7 @@ def test_device_copy_and_host_copies(ctx):
 
 
 def test_launch_latency_has_device_and_host_figures(ctx):
-    from rubin.bench import launch
+    from rubin.bench import kernel_launch as launch
 
     out = launch.run({"kernels": 100, "warmup": 10, "trials": 6}, ctx)
     r = out["rows"][0]

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from rubin.bench import launch, matmul, memory, storage
+from rubin.bench import kernel_launch as launch
+from rubin.bench import matmul, memory, storage
 from rubin.bench.suites import Context
 
 

@@ -24,8 +24,10 @@ def fake_trainer(calls):
 
     def train(cfg, force, resume, quiet):
         calls.append(cfg.overrides)
-        return {"samples_per_s": 200.0, "tokens_per_s": 200.0 * 64, "step_time_s": {"median": 0.08, "p90": 0.09},
-                "peak_mem_bytes": 123456, "mfu": 0.4, "world_size": 1, "steps": 12}
+        k = len(calls) % 2  # the two repeats of a workload differ, so the figure is a real summary of both
+        sps = (150.0, 250.0)[k]
+        return {"samples_per_s": sps, "tokens_per_s": sps * 64, "step_time_s": {"median": (0.06, 0.10)[k], "p90": 0.09},
+                "peak_mem_bytes": (654321, 123456)[k], "mfu": (0.3, 0.5)[k], "world_size": 1, "steps": 12}
 
     return lambda: (load_config, train)
 
@@ -46,9 +48,12 @@ def test_runs_each_workload_through_the_training_loop_with_fixed_configs(monkeyp
     assert len(calls) == 4  # 2 workloads x 2 repeats
     assert "model.name=gpt" in calls[-1] and "run.max_steps=12" in calls[-1] and "precision=fp32" in calls[-1]
     row = out["rows"][1]
-    assert row["workload"] == "gpt124m" and row["samples_per_s"]["median"] == 200.0 and row["samples_per_s"]["n"] == 2
-    assert row["step_time_median_s"]["median"] == 0.08 and row["step_time_p90_s"]["median"] == 0.09
-    assert row["peak_mem_bytes"] == 123456 and row["mfu"]["median"] == 0.4
+    assert row["workload"] == "gpt124m" and row["samples_per_s"]["n"] == 2
+    assert (row["samples_per_s"]["min"], row["samples_per_s"]["median"], row["samples_per_s"]["max"]) == (150.0, 200.0, 250.0)
+    assert row["tokens_per_s"]["median"] == 200.0 * 64
+    assert row["step_time_median_s"]["median"] == pytest.approx(0.08) and row["step_time_p90_s"]["median"] == 0.09
+    assert row["peak_mem_bytes"] == 654321  # the peak over the repeats, not the first or the last
+    assert row["mfu"]["median"] == pytest.approx(0.4)
     # MAMF-relative MFU: 2.5e8 FLOPs/sample x 200 samples/s = 0.05 TFLOPS over a measured 0.1 ceiling.
     assert row["achieved_tflops_per_device"] == pytest.approx(0.05)
     assert row["mamf_mfu"] == pytest.approx(0.5)
@@ -74,7 +79,7 @@ def test_energy_per_sample_from_sampled_power(monkeypatch, ctx):
 
     monkeypatch.setattr(model, "PowerSampler", Power)
     out = model.run({"workloads": ["vit"], "precisions": ["fp32"], "steps": 4, "log_every": 2, "repeats": 1}, ctx)
-    assert out["rows"][0]["energy_j_per_sample"]["median"] == pytest.approx(500.0 / 200.0)
+    assert out["rows"][0]["energy_j_per_sample"]["median"] == pytest.approx(500.0 / 250.0)  # W / (samples/s) of that run
     assert out["rows"][0]["mamf_mfu"] is None  # no FLOPs known: no MFU, never a guess
 
 
@@ -86,15 +91,22 @@ def test_unknown_workload_is_a_usage_error(ctx):
 
 
 def test_power_sampler_averages_nvml_readings(monkeypatch):
-    from rubin.platform import device as dev
-
-    readings = iter([100.0, 300.0] * 1000)
-    monkeypatch.setattr(dev, "power_watts", lambda i: next(readings))
+    import itertools
     import time
 
-    with model.PowerSampler([0], interval_s=0.01) as p:
-        time.sleep(0.2)
-    assert p.watts and 100.0 <= p.mean_watts() <= 300.0
+    from rubin.platform import device as dev
+
+    # Two boards: 100 W and 250 W; every third reading of board 1 fails (None) and that sample is dropped.
+    reads = {0: itertools.repeat(100.0), 1: itertools.cycle([250.0, 250.0, None])}
+    monkeypatch.setattr(dev, "power_watts", lambda i: next(reads[i]))
+    with model.PowerSampler([0, 1], interval_s=0.005) as p:
+        deadline = time.monotonic() + 60
+        while len(p.watts) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert len(p.watts) >= 4
+    assert set(p.watts) == {350.0}  # the node's power is the sum over its boards; a failed reading is not a 0
+    assert p.mean_watts() == 350.0
+    assert model.PowerSampler([]).mean_watts() is None
 
 
 @pytest.mark.slow

@@ -65,7 +65,7 @@ def test_a_matmul_row_without_tflops_is_refused(doc, tmp_path):
 
 
 def test_a_failing_benchmark_becomes_an_error_entry_and_the_others_still_run(tmp_path, monkeypatch):
-    from rubin.bench import launch
+    from rubin.bench import kernel_launch as launch
 
     def boom(params, ctx):
         raise RuntimeError("device fell off the bus")

@@ -2,7 +2,7 @@
 
 
 from rubin.plan.activations import activations, layer_bytes, sbh_coefficient, score_coefficient
-from rubin.plan.model import transformer
+from rubin.plan.shapes import transformer
 
 S, A, H = 2048, 96, 12288  # GPT-3 175B
 
@@ -46,14 +46,29 @@ def test_swiglu_keeps_three_ffn_tensors():
     assert sbh_coefficient(H, A, ffn=4 * H, gated=True) - sbh_coefficient(H, A, ffn=4 * H) == 8
 
 
-def test_logits_buffer_counts_every_token_of_a_language_model():
+def test_logits_spike_is_12_bytes_per_logit_in_every_precision():
+    # rubin's loss upcasts: fp32 log-probs, their gradient and the logits' gradient coexist
     m = transformer(layers=2, hidden=64, heads=4, vocab=1000, seq_len=128)
-    act = activations(m, 2)
-    assert act.logits == 128 * 2 * 1000 * (2 + 4 + 4)
+    for regime in ("fp32", "amp", "half"):
+        assert activations(m, 2, regime=regime).logits == 128 * 2 * 1000 * (4 + 4 + 4)
 
 
-def test_full_checkpointing_adds_one_recomputed_layer():
+def test_autocast_keeps_the_residual_stream_in_fp32():
+    # GPT-2 block without dropout under autocast: LayerNorm inputs 4 + 4, matmul side at 2 bytes:
+    # QKV input 2, Q/K/V 6, attention output 2, fc1 input 2, GELU input 8, fc2 input 8 -> 36 (16-bit: 32, fp32: 64)
+    assert sbh_coefficient(768, 12, dropout=False, regime="amp") == 36
+    assert sbh_coefficient(768, 12, dropout=False, regime="half") == 32
+    assert sbh_coefficient(768, 12, dropout=False, regime="fp32") == 64
+
+
+def test_checkpointed_block_inputs_are_fp32_under_autocast():
+    assert layer_bytes(128, 2, 64, 4, checkpointing="full", regime="amp") == 4 * 128 * 2 * 64
+    assert layer_bytes(128, 2, 64, 4, checkpointing="full", regime="half") == 2 * 128 * 2 * 64
+
+
+def test_full_checkpointing_spike_and_recomputed_layer_do_not_add_up():
     m = transformer(layers=10, hidden=64, heads=4, vocab=100, seq_len=128, dropout=True)
     act = activations(m, 1, checkpointing="full", flash=True)
     assert act.layers == 10 * 2 * 128 * 64
-    assert act.recompute == layer_bytes(128, 1, 64, 4, flash=True)
+    assert act.recompute > layer_bytes(128, 1, 64, 4, flash=True)  # + the per-token norm statistics and lse
+    assert act.total == act.layers + act.extra + max(act.logits, act.recompute)

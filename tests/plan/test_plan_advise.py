@@ -1,14 +1,14 @@
 """The advisor's numbers: communication per step, and the pick of an option where the model fits."""
 
 import pytest
+from utils import ROOT
 
 from rubin.plan import prices
 from rubin.plan.advise import advise, comm_time_per_step
 from rubin.plan.cost import CostRequest, plan
 from rubin.plan.memory import MemoryRequest
-from rubin.plan.model import raw
+from rubin.plan.shapes import raw
 from rubin.plan.throughput import by_hand
-from utils import ROOT
 
 EXAMPLE = ROOT / "examples" / "prices.example.yaml"
 
@@ -41,7 +41,7 @@ def test_advise_skips_cheaper_options_where_the_model_does_not_fit():
 
 
 def test_gpt_workload_shape_comes_from_the_workload_config():
-    from rubin.plan.workloads import workload
+    from rubin.plan.reference_shapes import workload
     from rubin.workloads.models.gpt import GPTConfig
 
     m = workload("gpt")

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from utils import ROOT, invoke
 
 FIX = ROOT / "tests" / "fixtures" / "plan"
@@ -32,10 +31,13 @@ def test_memory_zero_paper_invocation():
     assert "recommended" in res
 
 
-def test_memory_deepspeed_conservative_invocation():
-    res = _json(["plan", "memory", "--params", "2.851e9", "--largest-layer-params", "32e6", "--gpus", "8",
-                 "--conservative", "--json"])
-    assert round(_row(res, "zero2")["model_states_bytes"] / 2**30, 2) == 15.93
+def test_memory_deepspeed_conservative_invocation_both_versions():
+    base = ["plan", "memory", "--params", "2.851e9", "--largest-layer-params", "32e6", "--gpus", "8", "--json"]
+    legacy = _json(base + ["--conservative", "deepspeed-legacy"])
+    assert round(_row(legacy, "zero2")["model_states_bytes"] / 2**30, 2) == 15.93  # the docs' t5-3b example
+    current = _json(base + ["--conservative"])
+    assert current["setup"]["conservative"] == "deepspeed"
+    assert _row(current, "zero2")["model_states_bytes"] == pytest.approx(2 * 2.851e9 + 18 * 2.851e9 / 8)
 
 
 def test_memory_gpt_on_h200_invocation():
@@ -112,3 +114,103 @@ def test_plan_does_not_import_torch():
             "assert rc == 0; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "False", out.stderr
+
+
+# -- edge inputs (issue: each gets a clean answer) -------------------------------------------------
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--params", "inf"], "params=inf is not valid: a positive, finite number of parameters"),
+    (["--params", "nan"], "params=nan"),
+    (["--workload", "gpt", "--seq-len", "0"], "seq-len=0 is not valid: a positive number of tokens"),
+    (["--params", "1e9", "--gpu-memory-gib", "inf"], "gpu-memory-gib=inf"),
+    (["--params", "1e9", "--host-memory-gib", "inf", "--gpu", "H200"], "host-memory-gib=inf"),
+    (["--params", "1e9", "--conservative", "deepspeed-0.3"], "allowed are deepspeed, deepspeed-legacy"),
+])
+def test_edge_inputs_are_refused_in_one_line(args, match):
+    r = invoke(["plan", "memory", *args])
+    assert r.exit_code == 2, r.stdout
+    assert match in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_gpus_12_suggests_a_gpus_per_node_that_divides_it():
+    r = invoke(["plan", "memory", "--params", "7e9", "--gpus", "12"])
+    assert r.exit_code == 2
+    assert "--gpus-per-node 6 (2 nodes)" in r.stderr and "--gpus 8" not in r.stderr
+    ok = _json(["plan", "memory", "--params", "7e9", "--gpus", "12", "--gpus-per-node", "6", "--json"])
+    assert (ok["setup"]["gpus"], ok["setup"]["nodes"]) == (12, 2)
+
+
+def test_huge_model_offload_is_checked_against_host_memory_by_default():
+    # 1e15 parameters: offload needs 1.5 x 16 B x 1e15 / 1 node = 21.8 PiB of host memory on one node
+    res = _json(["plan", "memory", "--params", "1e15", "--largest-layer-params", "1e6", "--gpu", "H200", "--json"])
+    off = _row(res, "fsdp+ac+offload")
+    assert off["host_fits"] is False and off["fits"] is False
+    assert res["recommended"] is None and "does not fit" in res["verdict"]
+    assert any("detected on this machine" in n for n in res["notes"])
+    # an explicit, large enough host memory lets offload fit
+    big = _json(["plan", "memory", "--params", "1e12", "--largest-layer-params", "1e6", "--gpu", "H200",
+                 "--host-memory-gib", str(1.5 * 16 * 1e12 / 2**30 + 1), "--json"])
+    assert big["recommended"] == "fsdp+ac+offload"
+
+
+def test_infinite_spot_price_is_refused(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("instances:\n  - {name: a, gpus: 8, gpu: H100-SXM, on_demand_per_hour: 10, spot_per_hour: .inf,"
+                 " hazard_per_hour: 0.1}\n")
+    r = invoke(["plan", "cost", "--throughput", "100", "--work", "1e6", "--prices", p])
+    assert r.exit_code == 2
+    assert "instances.0.spot_per_hour=inf is not valid" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_output_into_a_closed_pipe_is_not_an_error():
+    """``rubin plan memory ... | head -1`` where the reader is already gone: exit 0, nothing on stderr."""
+    import os
+
+    r, w = os.pipe()
+    os.close(r)  # the reader left before rubin wrote anything: every write is EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "rubin", "plan", "memory", "--params", "7e9", "--gpu", "H200"],
+                              stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert proc.returncode == 0, proc.stderr
+    assert "Error" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_piping_into_head_keeps_the_first_line():
+    out = subprocess.run(f"'{sys.executable}' -m rubin plan memory --params 7e9 --gpu H200 | head -1", shell=True,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("rubin plan memory: 7B params")
+    assert "Error" not in out.stderr and "Traceback" not in out.stderr
+
+
+# -- the safety margin --------------------------------------------------------------------------
+
+
+LLAMA_7B = ["--hidden", "4096", "--layers", "32", "--heads", "32", "--vocab", "32000", "--swiglu", "--ffn", "11008",
+            "--seq-len", "4096", "--gpu", "H200", "--gpus", "8"]
+
+
+def test_llama_7b_on_h200_is_not_ddp_once_the_bucket_copy_counts():
+    # the issue: DDP was recommended at 119.8 of 126.9 GiB; its bucket copy (+12.6 GiB) makes it run out of memory
+    res = _json(["plan", "memory", *LLAMA_7B, "--json"])
+    ddp = _row(res, "ddp")
+    assert ddp["model_states"]["ddp_bucket_bytes"] == pytest.approx(2 * 6.74e9, rel=0.01)  # bf16 grads, 6.74B params
+    assert ddp["fits"] is False
+    assert res["recommended"] == "zero1"
+    margin = res["margin"]
+    assert margin["recommended_margin_bytes"] == pytest.approx(141 * 2**30 - _row(res, "zero1")["total_bytes"])
+    assert margin["safety_margin_fraction"] == pytest.approx(0.1)
+
+
+def test_a_plan_inside_the_margin_is_tight_and_names_the_next_that_fits():
+    # pick the GPU size so that DDP fits the raw memory but not the 90% budget
+    ddp_total = _row(_json(["plan", "memory", *LLAMA_7B, "--json"]), "ddp")["total_bytes"]
+    size_gib = ddp_total / 2**30 / 0.95  # DDP would use 95%: inside the 10% margin
+    args = [a for a in LLAMA_7B if a not in ("--gpu", "H200")] + ["--gpu-memory-gib", f"{size_gib:.3f}"]
+    res = _json(["plan", "memory", *args, "--json"])
+    assert res["margin"]["tight"] == "ddp" and res["recommended"] == "zero1"
+    r = invoke(["plan", "memory", *args])
+    assert "DDP is tight" in r.stdout and "ZeRO-1, is recommended" in r.stdout
+    assert "margin: ZeRO-1 leaves" in r.stdout

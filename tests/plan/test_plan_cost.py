@@ -3,12 +3,12 @@
 import math
 
 import pytest
+from utils import ROOT
 
 from rubin.errors import UsageError
 from rubin.plan import prices
 from rubin.plan.cost import CostRequest, efficiency, plan
 from rubin.plan.throughput import by_hand, from_bench, from_summary
-from utils import ROOT
 
 FIX = ROOT / "tests" / "fixtures" / "plan"
 
@@ -118,7 +118,27 @@ def test_zero_work_is_rejected():
         plan(_req(work=0))
 
 
-def test_p90_is_at_least_the_median():
-    s = _opt(plan(_req()), "slow-cheap")["spot"]
-    assert s["p90_cost"] >= s["monte_carlo"]["p50_s"] / 3600 * 4.0 * 0.999
+def _poisson_quantile(mean: float, q: float) -> int:
+    """Smallest k with P(N <= k) >= q for N ~ Poisson(mean), from the pmf (independent of numpy)."""
+    k, pmf, cdf = 0, math.exp(-mean), math.exp(-mean)
+    while cdf < q:
+        k += 1
+        pmf *= mean / k
+        cdf += pmf
+    return k
+
+
+def test_p90_of_spot_with_emergency_saves_is_the_poisson_quantile(tmp_path):
+    # 10 h of work, 0.5 evictions per node-hour, every eviction costs one 60 s emergency save (it fits the
+    # 600 s notice) and nothing else: wall = 36000 s + N * 60 s with N ~ Poisson(5), so P90 = 36000 + q90 * 60
+    (tmp_path / "p.yaml").write_text(
+        "instances:\n  - {name: one, gpus: 8, gpu: H100-SXM, on_demand_per_hour: 10.0, spot_per_hour: 4.0,\n"
+        "     notice_s: 600, hazard_per_hour: 0.5, provision_s: 0, restart_s: 0}\n")
+    res = plan(_req(prices=prices.load(tmp_path / "p.yaml"), emergency_save_s=60, mc_runs=20000))
+    s = _opt(res, "one")["spot"]
+    assert s["emergency_checkpoint_fits"] is True
+    q90 = _poisson_quantile(0.5 * 10, 0.9)
+    assert q90 == 8
+    assert s["p90_hours"] == pytest.approx((36000 + q90 * 60) / 3600)
+    assert s["p90_cost"] == pytest.approx(4.0 * (36000 + q90 * 60) / 3600)
     assert math.isfinite(s["p90_hours"])

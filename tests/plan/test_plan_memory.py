@@ -1,12 +1,12 @@
 """The memory planner: strategy choice at the fit boundaries, largest micro-batch, shortfall."""
 
 import pytest
+from utils import ROOT
 
 from rubin.errors import UsageError
 from rubin.plan import GIB
 from rubin.plan.memory import MemoryRequest, evaluate, ladder, plan
-from rubin.plan.model import from_hf_config, raw, transformer
-from utils import ROOT
+from rubin.plan.shapes import from_hf_config, raw, transformer
 
 FIX = ROOT / "tests" / "fixtures" / "plan"
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from rubin.errors import UsageError
 from rubin.plan import GB, GIB
 from rubin.plan.states import bytes_per_param, model_states
 
@@ -37,9 +38,22 @@ def test_fp32_adam_keeps_no_master_copy():
 P_T5, L_T5 = 2851e6, 32e6
 
 
-def test_conservative_zero2_matches_deepspeed():
-    s = model_states("zero2", P_T5, 8, largest_layer=L_T5, conservative=True)
+def test_conservative_legacy_zero2_matches_the_deepspeed_docs_example():
+    s = model_states("zero2", P_T5, 8, largest_layer=L_T5, conservative="deepspeed-legacy")
     assert round(s.total / GIB, 2) == 15.93
+
+
+@pytest.mark.parametrize("strategy", ["zero1", "zero2"])
+def test_conservative_zero1_2_match_deepspeed_0_19_8(strategy):
+    # stage_1_and_2.py estimate_zero2_model_states_mem_needs, offload none: 2P + int(18P/N)
+    s = model_states(strategy, P_T5, 8, largest_layer=L_T5, conservative="deepspeed")
+    assert s.total == pytest.approx(2 * P_T5 + int(18 * P_T5 / 8), abs=1)
+    assert model_states(strategy, P_T5, 8, conservative=True).total == s.total  # a bare --conservative
+
+
+def test_unknown_conservative_version_is_refused():
+    with pytest.raises(UsageError, match=r"conservative='deepspeed-0\.9' is not valid.*allowed are deepspeed, deepspeed-legacy"):
+        model_states("zero2", P_T5, 8, conservative="deepspeed-0.9")
 
 
 def test_conservative_zero3_matches_deepspeed():

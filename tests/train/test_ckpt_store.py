@@ -19,8 +19,9 @@ def make_store(root, events=None, **kw):
 def save(store, step, numel=64):
     def write(tmp):
         save_file({"w": torch.full((numel,), float(step))}, tmp / "model.pt")
-        (tmp / "dcp").mkdir()
-        save_file({"shard": torch.arange(8) + step}, tmp / "dcp" / "__0_0.distcp")
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save({"shard": torch.arange(8) + step}, storage_writer=dcp.FileSystemWriter(str(tmp / "dcp")), no_dist=True)
 
     return store.save(step, write, {"strategy": "single", "config_hash": "abc"})
 
@@ -31,7 +32,7 @@ def test_commit_writes_manifest_marker_and_step_folder(tmp_path):
     path = save(store, 7)
     assert path == tmp_path / "step-00000007" and (path / COMMITTED).is_file()
     man = json.loads((path / MANIFEST).read_text())
-    assert set(man["files"]) == {"model.pt", "dcp/__0_0.distcp"}
+    assert set(man["files"]) == {"model.pt", "dcp/__0_0.distcp", "dcp/.metadata"}
     assert man["step"] == 7 and man["strategy"] == "single" and man["torch_version"] == torch.__version__
     assert man["bytes"] == sum(f["bytes"] for f in man["files"].values())
     assert not any(p.name.startswith(".tmp") for p in tmp_path.iterdir())

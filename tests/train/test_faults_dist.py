@@ -1,13 +1,14 @@
-"""Two real gloo ranks: DCP shards under one manifest, preemption agreement, the hang watchdog."""
+"""Two real gloo ranks: DCP shards under one manifest, preemption agreement through the real loop, the hang watchdog."""
 
 import json
 import os
-import socket
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import faultkit
 import pytest
 
 from rubin.train.checkpoint import MANIFEST, CheckpointStore
@@ -15,15 +16,9 @@ from rubin.train.checkpoint import MANIFEST, CheckpointStore
 WORKER = Path(__file__).resolve().parents[1] / "fixtures" / "ckpt" / "worker.py"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def two_ranks(args, fault=None, timeout=60):
     """Start 2 ranks of the worker, as torchrun would (RANK, WORLD_SIZE, MASTER_*)."""
-    port = free_port()
+    port = faultkit.free_port()
     procs = []
     for rank in range(2):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
@@ -56,7 +51,8 @@ def test_two_ranks_write_dcp_shards_and_rank0_commits_them_all(tmp_path):
     path = tmp_path / "step-00000002"
     assert store.latest_valid() == (2, path)
     man = json.loads((path / MANIFEST).read_text())
-    on_disk = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file() and p.name not in ("MANIFEST.json", "COMMITTED"))
+    on_disk = sorted(p.relative_to(path).as_posix() for p in path.rglob("*")
+                     if p.is_file() and p.name not in ("MANIFEST.json", "COMMITTED"))
     assert sorted(man["files"]) == on_disk
     shards = [f for f in on_disk if f.endswith(".distcp")]
     assert len(shards) == 2 and "dcp/.metadata" in on_disk and {"rng-rank-0.pt", "rng-rank-1.pt"} <= set(on_disk)
@@ -79,12 +75,50 @@ def test_two_ranks_async_saves_commit_only_when_every_rank_is_done(tmp_path):
         assert not list(path.glob(".done-rank-*"))
 
 
-@pytest.mark.timeout(90)
-def test_preemption_flag_agreed_when_only_one_rank_got_the_signal(tmp_path):
-    results, _ = two_ranks(["preempt", tmp_path])
+def train_ranks(run_dir, cfg, fault, timeout=240):
+    """``rubin train`` as 2 real gloo ranks with the environment torchrun gives them; RUBIN_FAULT on every rank."""
+    port, procs = faultkit.free_port(), []
+    for rank in range(2):
+        env = faultkit.child_env(fault, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, "-m", "rubin", *faultkit.train_args(run_dir, cfg)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results, t0 = [], time.monotonic()
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    return results
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("log_every", [1, 1000], ids=["checked-every-step", "checked-about-once-a-second"])
+def test_signal_to_rank_1_only_stops_both_ranks_at_the_same_step_with_exit_75(tmp_path, log_every):
+    """Through the real loop: rank 1 alone gets SIGTERM at step 5; the flag agreement stops rank 0 too.
+
+    With log_every=1000 the loop only reads its flags at its timed checks, so this also shows
+    that a signal is acted on between log points.
+    """
+    run = tmp_path / "run"
+    cfg = faultkit.MLP + ["run.max_steps=100000", "checkpoint.every_steps=100000", f"telemetry.log_every_steps={log_every}"]
+    results = train_ranks(run, cfg, "sigterm@step=5,rank=1")
     assert [code for code, _, _ in results] == [75, 75], [e[-2000:] for _, _, e in results]
-    assert "rank 0 stopped at step 3 requested=False signal=None" in results[0][1]
-    assert "rank 1 stopped at step 3 requested=True signal=SIGTERM" in results[1][1]
+    stopped = [int(re.search(r"preempted by .* at step (\d+)", err).group(1)) for _, _, err in results]
+    assert stopped[0] == stopped[1] >= 5, stopped
+    assert "signal SIGTERM" in results[1][2] and "a signal to another rank" in results[0][2]
+    s = faultkit.summary(run)
+    assert s["status"] == "preempted" and s["steps"] == stopped[0]
+    assert [e["step"] for e in faultkit.events(run, "preempted")] == [stopped[0]]
+    step_dir = faultkit.ckpt(run, stopped[0])
+    assert (step_dir / "COMMITTED").is_file()  # the emergency save, written by both ranks
+    assert {"rng-rank-0.pt", "rng-rank-1.pt"} <= {p.name for p in step_dir.iterdir()}
+    if log_every == 1:
+        assert stopped[0] == 5
 
 
 @pytest.mark.timeout(90)

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from trainhelp import events, losses, mlp_args, summary
 from utils import invoke
 
@@ -31,16 +30,26 @@ def test_run_dir_contract(tmp_path):
     assert "mlp" in (run / "config.yaml").read_text()
 
 
-def test_rerun_resumes_and_a_finished_run_stays_finished(tmp_path):
+def test_rerun_of_a_finished_run_changes_nothing_and_a_longer_run_resumes(tmp_path):
     run = tmp_path / "run"
-    args = ["train", "--quiet", *mlp_args(run, 8, "checkpoint.every_steps=4")]
-    assert invoke(args).exit_code == 0
-    first = summary(run)
-    assert invoke(args).exit_code == 0
-    again = summary(run)
-    assert again["param_digest"] == first["param_digest"]
+    args = ["train", *mlp_args(run, 8, "checkpoint.every_steps=4")]
+    assert invoke(["train", "--quiet", *args[1:]]).exit_code == 0
+    files = {name: (run / name).read_bytes() for name in ("summary.json", "events.jsonl", "metrics.jsonl", "config.yaml", "env.json")}
+    ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
+    r = invoke(args)
+    assert r.exit_code == 0, r.stderr
+    assert "already complete at step 8" in r.stdout and "nothing to do" in r.stdout
+    assert "final loss" in r.stdout  # the summary is shown again
+    assert {name: (run / name).read_bytes() for name in files} == files  # summary.json, events, metrics: untouched
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ckpts
+    # more steps asked for: the same command resumes from the newest checkpoint and says so, in one line
+    r = invoke(["train", *mlp_args(run, 10, "checkpoint.every_steps=4")])
+    assert r.exit_code == 0, r.stderr
+    line = [x for x in r.stdout.splitlines() if x.startswith("resuming")]
+    assert line == [f"resuming from step 8 (checkpoint {run / 'checkpoints' / 'step-00000008'}), verified"]
+    assert summary(run)["steps"] == 10
     kinds = [e["kind"] for e in events(run)]
-    assert "resume" in kinds and kinds.count("start") == 2
+    assert kinds.count("resume") == 1 and kinds.count("start") == 2
 
 
 def test_different_config_in_same_dir_is_refused_then_forced(tmp_path):
@@ -62,7 +71,8 @@ BAD = [
     (["run.max_steps=many"], "run.max_steps='many' is not valid"),
     (["model.name=transformerz"], "model.name"),
     (["data.name=imagenet"], "data.name"),
-    (["data.name=cifar10", "data.args={}", "data.path=/definitely/not/here"], "data.path='/definitely/not/here' is not valid: no such file"),
+    (["data.name=cifar10", "data.args={}", "data.path=/definitely/not/here"],
+     "data.path='/definitely/not/here' is not valid: no such file"),
     (["data.batch_size=32", "data.micro_batch_size=5"], "data.micro_batch_size=5 does not divide"),
     (["precision=fp16"], "precision='fp16' is not valid: fp16 needs a CUDA GPU"),
     (["model.import=no_such_pkg.models:build"], "model.import"),

@@ -1,7 +1,6 @@
 """Real multi-process training: 2 gloo ranks under torchrun against one process."""
 
 import pytest
-
 from trainhelp import losses, mlp_args, summary
 from utils import invoke, run_torchrun
 

@@ -3,7 +3,6 @@
 import time
 
 import pytest
-
 from trainhelp import events, losses, mlp_args, summary
 from utils import run_rubin, run_torchrun
 

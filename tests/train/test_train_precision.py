@@ -2,9 +2,9 @@ import copy
 
 import torch
 
+from rubin.train.config import OptimConfig
 from rubin.train.optim import build_optimizer, lr_factor, param_groups
 from rubin.train.precision import Precision
-from rubin.train.config import OptimConfig
 
 
 def _model():

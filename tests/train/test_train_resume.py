@@ -1,8 +1,8 @@
 """Exact resume: a run killed (SIGKILL, for real) and rerun ends bit-identical to an uninterrupted one."""
 
 import pytest
-
-from trainhelp import events, mlp_args, summary
+from faultkit import RESUME_CFG, SCENARIOS, train_args
+from trainhelp import events, summary
 from utils import run_rubin
 
 pytestmark = pytest.mark.slow
@@ -11,8 +11,7 @@ STEPS = 40  # 16 steps per epoch: the run crosses two epoch boundaries
 
 def _args(run_dir):
     # micro batch 8 of a global 32: 4 accumulation micro-steps; dropout exercises the RNG state.
-    return ["train", "--quiet", *mlp_args(run_dir, STEPS, "data.micro_batch_size=8", "checkpoint.every_steps=3",
-                                          "model.args={hidden: 32, depth: 2, dropout: 0.2}")]
+    return train_args(run_dir, RESUME_CFG)
 
 
 @pytest.fixture(scope="module")
@@ -23,16 +22,8 @@ def reference(tmp_path_factory):
     return summary(run)["param_digest"]
 
 
-@pytest.mark.parametrize(
-    "fault",
-    [
-        "crash@step=5",  # mid-epoch, between checkpoints
-        "crash@step=7,phase=micro-2",  # mid-accumulation: two micro-batches' gradients are lost
-        "crash@step=17",  # first step of the second epoch
-        "crash@step=23,phase=backward",
-        "crash@step=31,phase=optimizer",
-    ],
-)
+# mid-epoch, mid-accumulation (two micro-batches' gradients lost), first step of epoch 2, in backward, in the optimizer
+@pytest.mark.parametrize("fault", [s.fault for s in SCENARIOS if s.kind == "sigkill"])
 def test_sigkill_then_rerun_is_bit_identical(tmp_path, reference, fault):
     run = tmp_path / "run"
     killed = run_rubin(_args(run), env={"RUBIN_FAULT": fault})

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from trainhelp import losses, mlp_args
 from utils import invoke
 

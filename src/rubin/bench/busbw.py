@@ -11,7 +11,7 @@ all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast 1
 
 from __future__ import annotations
 
-from rubin.errors import bad_value
+from rubin.errors import bad_choice, bad_value
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
@@ -26,7 +26,7 @@ def busbw_factor(op: str, nranks: int) -> float:
         return (n - 1.0) / n
     if op == "broadcast":
         return 1.0
-    raise bad_value("op", op, f"one of {', '.join(OPS)}")
+    raise bad_choice("op", op, OPS)
 
 
 def algbw_gbps(nbytes: int, seconds: float) -> float:

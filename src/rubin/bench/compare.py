@@ -23,29 +23,37 @@ CRITERIA = ("max_below_pct", "max_above_pct", "within_pct")
 ORDER = {"pass": 0, "marginal": 1, "fail": 2}
 
 
+RULES_VERSION = 1
+
+
 def load_rules(path: str | Path | None = None) -> dict:
-    import yaml
+    from rubin.errors import load_mapping, load_yaml_text
 
     if path is None:
-        text, where = resources.files("rubin.bench").joinpath("rules_default.yaml").read_text(), "default rules"
+        where = "default rules"
+        doc = load_yaml_text(resources.files("rubin.bench").joinpath("rules_default.yaml").read_text(), where) or {}
     else:
-        p = Path(path)
-        if not p.is_file():
-            raise UsageError(f"--rules {str(p)!r} does not exist; pass a YAML file like rubin/bench/rules_default.yaml")
-        text, where = p.read_text(), str(p)
-    try:
-        doc = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{where} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        where = str(path)
+        doc = load_mapping(path, "--rules file", "pass a YAML file like rubin/bench/rules_default.yaml")
+    version = doc.get("version", RULES_VERSION)
+    if version != RULES_VERSION or isinstance(version, bool):
+        raise bad_value(f"{where}: version", version, f"this rubin reads rules version {RULES_VERSION}",
+                        "write the rules for this version (see rubin/bench/rules_default.yaml) or upgrade rubin")
+    unknown = sorted(set(doc) - {"version", "rules", "outliers", "env_ignore"})
+    if unknown:
+        from rubin.errors import did_you_mean
+
+        raise UsageError(f"{where}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], ['version', 'rules', 'outliers', 'env_ignore'])}; "
+                         "keys allowed: version, rules, outliers, env_ignore")
     rules = doc.get("rules")
     if not isinstance(rules, list) or not rules:
         raise bad_value(f"{where}: rules", rules, "a non-empty list of {name, metrics, <criterion>}")
     for i, r in enumerate(rules):
-        crit = [c for c in CRITERIA if c in r]
+        crit = [c for c in CRITERIA if c in r] if isinstance(r, dict) else []
         if not isinstance(r, dict) or not r.get("metrics") or len(crit) != 1:
             raise bad_value(f"{where}: rules[{i}]", r, f"name, metrics (globs) and exactly one of {', '.join(CRITERIA)}")
         value = r[crit[0]]
-        if not isinstance(value, (int, float)) or value < 0:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1e6:
             raise bad_value(f"{where}: rules[{i}].{crit[0]}", value, "a percentage >= 0")
         r.setdefault("name", f"rule {i}")
     doc.setdefault("outliers", {})

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from rubin.bench import stats
-from rubin.errors import bad_value
+from rubin.errors import bad_choice
 from rubin.platform import device as dev
 from rubin.runs import RunDir
 
@@ -52,7 +52,7 @@ def defaults(quick: bool, ctx) -> dict:
 def overrides(workload: str, precision: str, params: dict, run_dir: str, gpu: bool) -> list[str]:
     table = WORKLOADS_GPU if gpu else WORKLOADS_CPU
     if workload not in table:
-        raise bad_value("model.workloads", workload, f"one of {', '.join(table)}")
+        raise bad_choice("model.workloads", workload, table)
     return [*table[workload], *COMMON, f"precision={precision}", f"run.max_steps={int(params['steps'])}",
             f"telemetry.log_every_steps={int(params['log_every'])}", f"run.dir={run_dir}",
             f"run.name=bench-{workload}-{precision}", *params.get("extra", [])]

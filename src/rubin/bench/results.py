@@ -12,13 +12,12 @@ matmul rows ``dtype, m, n, k, tflops``; every figure ``median, min, max, ci95``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rubin.errors import UsageError
+from rubin.errors import UsageError, load_mapping
 
 SCHEMA_VERSION = 1
 KIND = "rubin.bench.results"
@@ -29,7 +28,7 @@ class Figure(BaseModel):
     median: Optional[float]
     min: Optional[float]
     max: Optional[float]
-    ci95: list[Optional[float]]
+    ci95: list[Optional[float]] = Field(min_length=2, max_length=2)  # [low, high]
     n: int = 0
 
 
@@ -108,7 +107,31 @@ def validate(doc: dict, *, source: str = "results") -> dict:
         e = err.errors()[0]
         where = ".".join(str(p) for p in e["loc"])
         raise UsageError(f"{source}: {where} is not valid: {e['msg'].lower()}; regenerate it with `rubin bench`") from None
+    _check_metrics(doc, source)
     return doc
+
+
+def _check_metrics(doc: dict, source: str) -> None:
+    """Every figure compare will read is a number with a [low, high] interval (a hand-edited file may not be)."""
+    from rubin.bench import metrics
+
+    try:
+        figures = metrics.flatten(doc)
+    except (KeyError, TypeError, AttributeError) as err:
+        raise UsageError(f"{source}: a benchmark row lacks {err} or has the wrong shape; regenerate it with `rubin bench`") from None
+    for key, m in figures.items():
+        fig = m["figure"]
+        ci = fig.get("ci95") if isinstance(fig, dict) else None
+        ok = (isinstance(fig, dict) and _number(fig.get("median")) and isinstance(ci, list) and len(ci) == 2
+              and all(v is None or _number(v) for v in ci))
+        if not ok:
+            shown = ci if isinstance(fig, dict) else fig
+            raise UsageError(f"{source}: {key} figure is not valid (ci95={shown!r}): expected a median and ci95=[low, high]; "
+                             "regenerate it with `rubin bench`")
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def save(doc: dict, path: str | Path) -> Path:
@@ -122,11 +145,6 @@ def save(doc: dict, path: str | Path) -> Path:
 
 
 def load(path: str | Path) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"results file {str(p)!r} does not exist; pass a file written by `rubin bench --out FILE`")
-    try:
-        doc = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"results file {str(p)!r} is not valid JSON (line {exc.lineno}); regenerate it with `rubin bench`") from None
-    return validate(doc, source=str(p))
+    """A results file, validated; missing, a directory, binary, garbled or foreign is one UsageError."""
+    doc = load_mapping(path, "results file", "pass a file written by `rubin bench --out FILE`")
+    return validate(doc, source=str(path))

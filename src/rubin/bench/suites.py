@@ -20,7 +20,7 @@ SUITES: dict[str, tuple[str, str, str]] = {
     "matmul": ("rubin.bench.matmul", "defaults", "run"),
     "membw": ("rubin.bench.memory", "membw_defaults", "membw_run"),
     "h2d": ("rubin.bench.memory", "h2d_defaults", "h2d_run"),
-    "launch": ("rubin.bench.launch", "defaults", "run"),
+    "launch": ("rubin.bench.kernel_launch", "defaults", "run"),
     "collectives": ("rubin.bench.collectives", "defaults", "run"),
     "io": ("rubin.bench.storage", "defaults", "run"),
     "model": ("rubin.bench.model", "defaults", "run"),
@@ -92,14 +92,64 @@ def resolve_params(name: str, ctx, overrides: dict | None = None) -> dict:
     params = getattr(importlib.import_module(module), dflt)(ctx.quick, ctx)
     for key, value in (overrides or {}).get(name, {}).items():
         if key not in params:
-            from rubin.errors import bad_value, did_you_mean
+            from rubin.errors import bad_choice
 
-            raise bad_value(f"--set {name}.{key}", value, f"{name} takes {', '.join(params)}{did_you_mean(key, params)}")
+            raise bad_choice(f"--set {name}.{key}: key", key, params)
         if isinstance(params[key], dict) and isinstance(value, dict):
+            for sub, v in value.items():
+                if sub not in params[key]:
+                    from rubin.errors import bad_choice
+
+                    raise bad_choice(f"--set {name}.{key}.{sub}: key", sub, params[key])
+                check_param(f"{name}.{key}.{sub}", sub, params[key][sub], v)
             params[key] = {**params[key], **value}  # a nested override changes only the keys it names
         else:
+            check_param(f"{name}.{key}", key, params[key], value)
             params[key] = value
     return params
+
+
+# Parameters that may be 0 (no warmup, no worker processes, no cache flush); every other count must be >= 1.
+ZERO_OK = {"warmup", "num_workers", "flush_bytes"}
+
+
+def check_param(name: str, key: str, default, value) -> None:
+    """A --set value has the default's type and a sane range, so a typo fails before anything runs."""
+    import math
+
+    from rubin.errors import bad_value
+
+    def fail(allowed: str):
+        raise bad_value(f"--set {name}", value, allowed, f"e.g. --set {name}={_example(default)}")
+
+    if default is None:  # free-form (a directory): a string or null
+        if value is not None and not isinstance(value, str):
+            fail("a string")
+    elif isinstance(default, bool):
+        if not isinstance(value, bool):
+            fail("true or false")
+    elif isinstance(default, int):
+        low = 0 if key in ZERO_OK else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < low or value > 2**50:
+            fail(f"an integer >= {low}")
+    elif isinstance(default, float):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+            fail("a finite number > 0")
+    elif isinstance(default, str):
+        if not isinstance(value, str) or not value:
+            fail("a non-empty string")
+    elif isinstance(default, list):
+        if not isinstance(value, list) or (default and not value):
+            fail("a non-empty list like the default")
+        if default:
+            for item in value:
+                check_param(name, key, default[0], item)
+
+
+def _example(default) -> str:
+    if isinstance(default, list):
+        return "[" + ", ".join(_example(d) for d in default[:2]) + "]"
+    return str(default).lower() if isinstance(default, bool) else str(default)
 
 
 def run_one(name: str, ctx, params: dict) -> dict:

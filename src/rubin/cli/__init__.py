@@ -15,6 +15,7 @@ import traceback
 
 from rubin import __version__
 from rubin.errors import ExitCode, RubinError
+from rubin.redact import redact
 
 # name -> (module, one-line help). The order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -94,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(module.run(args) or 0)
     except RubinError as err:
-        print(f"rubin: error: {err}", file=sys.stderr)
+        # a preemption after a committed checkpoint is an orderly stop (exit 75), not an error
+        label = "" if err.exit_code == ExitCode.PREEMPTED else "error: "
+        print(f"rubin: {label}{redact(str(err))}", file=sys.stderr)
         if args.debug:
             traceback.print_exc()
             print(_versions(), file=sys.stderr)
@@ -106,13 +109,18 @@ def main(argv: list[str] | None = None) -> int:
         # `rubin ... | head`: the reader left. Not an error; stop writing without a second traceback at exit.
         _silence_stdout()
         return int(ExitCode.OK)
+    except SystemExit as exc:
+        if isinstance(exc.__context__, BrokenPipeError):  # rich's Console answers a closed pipe with SystemExit(1)
+            _silence_stdout()
+            return int(ExitCode.OK)
+        raise
     except Exception as err:  # noqa: BLE001 - the one boundary that turns bugs into one line
         if args.debug:
             traceback.print_exc()
             print(_versions(), file=sys.stderr)
         else:
             print(
-                f"rubin: internal error: {type(err).__name__}: {err} (rerun with --debug for the traceback)",
+                f"rubin: internal error: {type(err).__name__}: {redact(str(err))} (rerun with --debug for the traceback)",
                 file=sys.stderr,
             )
         return int(ExitCode.FAILURE)

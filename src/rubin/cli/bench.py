@@ -25,10 +25,8 @@ def add_arguments(parser) -> None:
 
 
 def _overrides(items: list[str]) -> dict:
-    import yaml
-
     from rubin.bench.suites import SUITES
-    from rubin.errors import UsageError, did_you_mean
+    from rubin.errors import UsageError, bad_choice, load_yaml_text
 
     out: dict = {}
     for item in items:
@@ -37,10 +35,62 @@ def _overrides(items: list[str]) -> dict:
         if not sep or not dot or not param:
             raise UsageError(f"--set {item!r} is not valid: expected SUITE.KEY=VALUE, e.g. --set matmul.trials=50")
         if suite not in SUITES:
-            raise UsageError(f"--set {item!r} is not valid: suite {suite!r} is unknown{did_you_mean(suite, SUITES)}; "
-                             f"allowed: {', '.join(SUITES)}")
-        out.setdefault(suite, {})[param] = yaml.safe_load(raw)
+            raise bad_choice(f"--set {key.strip()}: suite", suite, SUITES)
+        out.setdefault(suite, {})[param] = load_yaml_text(raw, f"--set {item!r}") if raw.strip() else ""
     return out
+
+
+def out_paths(out_arg: str | None, plot_arg: str | None, no_plot: bool, stamp: str):
+    """(results path, plot path or None), both checked before anything runs.
+
+    ``--out DIR`` (an existing directory) puts the results file inside it, as ``cp`` would; a
+    missing or unwritable parent, or a plot type matplotlib cannot write, is refused up front.
+    """
+    from pathlib import Path
+
+    from rubin.errors import bad_value
+    from rubin.runlock import dir_problem
+
+    name = f"rubin-bench-{stamp}.json"
+    out = Path(out_arg) if out_arg else Path(name)
+    if out.is_dir():
+        out = out / name
+    problem = dir_problem(out.parent)  # a missing folder is created later; one that cannot be is refused now
+    if problem:
+        raise bad_value("--out", out_arg, f"its folder cannot hold the results: {problem}", "pick a path in a writable folder")
+    if no_plot:
+        return out, None
+    plot = Path(plot_arg) if plot_arg else out.with_suffix(".png")
+    if plot.suffix.lower() not in PLOT_TYPES:
+        raise bad_value("--plot", plot_arg, f"a file ending in {', '.join(PLOT_TYPES)}", "e.g. --plot bench.png, or --no-plot")
+    if plot.is_dir():
+        raise bad_value("--plot", plot_arg, "a file path, not a directory", "e.g. --plot bench.png, or --no-plot")
+    problem = dir_problem(plot.parent)
+    if problem:
+        raise bad_value("--plot", plot_arg, f"its folder cannot hold the plot: {problem}", "pick a path in a writable folder")
+    return out, plot
+
+
+PLOT_TYPES = (".png", ".svg", ".pdf")
+
+
+def save_results(doc: dict, out, err):
+    """Write the results; if the requested path fails at this late point, next to it (or here) under a printed name."""
+    from pathlib import Path
+
+    from rubin.bench import results
+
+    try:
+        return results.save(doc, out)
+    except OSError as exc:
+        for alt in (Path(out).with_name(Path(out).stem + "-rescued.json"), Path.cwd() / Path(out).name):
+            try:
+                saved = results.save(doc, alt)
+            except OSError:
+                continue
+            err.print(f"rubin bench: could not write {out} ({exc.strerror or exc}); the results are in {saved}")
+            return saved
+        raise
 
 
 def _catalog(args) -> int:
@@ -91,9 +141,9 @@ def run(args) -> int:
     if args.list_gpus or args.gpu:
         return _catalog(args)
     if args.suite not in CHOICES:
-        from rubin.errors import did_you_mean
+        from rubin.errors import bad_choice
 
-        raise bad_value("SUITE", args.suite, f"one of {', '.join(CHOICES)}{did_you_mean(args.suite, CHOICES)}")
+        raise bad_choice("SUITE", args.suite, CHOICES)
     overrides = _overrides(args.overrides)
     if args.ranks is not None:
         if args.ranks < 2:
@@ -103,21 +153,23 @@ def run(args) -> int:
         if not Path(args.io_dir).is_dir():
             raise bad_value("--io-dir", args.io_dir, "an existing directory", "create it first")
         overrides.setdefault("io", {})["dir"] = args.io_dir
-    out = Path(args.out or f"rubin-bench-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json")
+    out, plot_path = out_paths(args.out, args.plot, args.no_plot, dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     err = Console(stderr=True)
 
-    from rubin.bench import results, suites
+    from rubin.bench import suites
 
     names = list(suites.SUITES) if args.suite == "all" else [args.suite]
     ctx = suites.make_context(args.device, quick=args.quick, workdir=Path(args.io_dir or "."))
+    for name in dict.fromkeys([*names, *overrides]):  # every --set value is checked before the first benchmark runs
+        suites.resolve_params(name, ctx, overrides)
     if ctx.gpu_count == 0 and not args.quick:
         err.print("rubin bench: no GPU here, so the CPU preset (--quick sizes) is used; the full preset is for GPUs")
         ctx.quick = True
     for w in ctx.spec_warnings:
         err.print(f"rubin bench: warning: {w}")
     doc = _run_with_progress(names, ctx, overrides, err)
-    results.save(doc, out)
-    plot_path = _plot(doc, out, args, err)
+    out = save_results(doc, out, err)
+    plot_path = _plot(doc, plot_path, err)
     if args.json:
         import json
 
@@ -152,12 +204,16 @@ def _run_with_progress(names, ctx, overrides, err):
     return suites.run(names, ctx, overrides, on_done=done)
 
 
-def _plot(doc, out, args, err):
-    if args.no_plot:
+def _plot(doc, plot_path, err):
+    if plot_path is None:
         return None
     from rubin.bench import plots
 
     if not plots.available():
         err.print("rubin bench: matplotlib is not installed, so no plot (pip install 'rubin[plot]')")
         return None
-    return plots.write(doc, args.plot or out.with_suffix(".png"))
+    try:
+        return plots.write(doc, plot_path)
+    except (OSError, ValueError) as exc:  # the results are already saved: a failed plot is a warning, not a loss
+        err.print(f"rubin bench: warning: could not write the plot {plot_path}: {exc}")
+        return None

@@ -51,15 +51,16 @@ def _print(report: dict, action: str) -> None:
     entries = report["checkpoints"]
     print(f"checkpoints in {report['root']}: {len(entries)}")
     for e in entries:
-        status = "ok" if e["valid"] else "INVALID"
-        print(f"  step {e['step']:>8}  {status:<7}  {_size(e['bytes']):>10}  {e['files']} files  {e['path']}")
+        status = ("ok" if action == "verify" else "sizes ok") if e["valid"] else "INVALID"
+        print(f"  step {e['step']:>8}  {status:<8}  {_size(e['bytes']):>10}  {e['files']} files  {e['path']}")
         for p in e["problems"]:
             print(f"      - {p}")
     for name in report["unfinished"]:
         print(f"  unfinished save (ignored by resume, removed at the next start): {name}")
     if not entries:
         print("  no checkpoints found")
+    if action == "list":  # sizes cannot see flipped bytes: never claim what resume would pick without hashing
+        print("unverified (sizes only): run `rubin checkpoint verify` to re-hash every file and see which one a resume picks")
+        return
     latest = report["latest_valid"]
     print(f"resume would use: step {latest}" if latest is not None else "resume would use: nothing (no valid checkpoint)")
-    if action == "list":
-        print("(sizes only; run `rubin checkpoint verify` to re-hash every file)")

@@ -1,4 +1,5 @@
-"""``rubin env``: print the environment fingerprint as markdown (to paste into an issue) or JSON."""
+"""``rubin env``: print the environment fingerprint as markdown (to paste into an issue) or JSON,
+including the launcher this process runs under (torchrun, Slurm, PyTorchJob, SkyPilot, ...) and its rank."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON (the fingerprint, schema_version 1, plus 'extra')")
+    p.add_argument("--json", action="store_true", help="print JSON (the fingerprint, schema_version 1, plus 'launcher' and 'extra')")
     p.add_argument("--quick", action="store_true", help="only the quick fingerprint that runs store in env.json (no subprocesses)")
     p.add_argument("--run-dir", default=None, help="also describe this run dir's filesystem and free space")
 

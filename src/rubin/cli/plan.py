@@ -37,12 +37,28 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--activation-checkpointing", default="none", help="none (default), selective, full")
     t.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=True,
                    help="SDPA/flash attention: no s^2 score matrices (default on)")
-    t.add_argument("--conservative", action="store_true", help="model states as DeepSpeed's own estimators count them")
+    t.add_argument("--conservative", nargs="?", const="deepspeed", default=None, metavar="VERSION",
+                   help="model states as DeepSpeed's own estimators count them: deepspeed (default: 0.19.8, ZeRO-1/2 "
+                        "2P+18P/N) or deepspeed-legacy (older releases and the docs' example, 4P+16P/N)")
+    t.add_argument("--grad-accumulation", type=int, default=1,
+                   help="micro-batches per optimizer step (> 1 keeps gradients allocated through forward)")
     t.add_argument("--overhead-gib", type=float, default=2.0, help="CUDA context, NCCL, fragmentation per GPU (default 2)")
     t.add_argument("--usable-fraction", type=float, default=0.9, help="fraction of GPU memory to plan into (default 0.9)")
-    t.add_argument("--host-memory-gib", type=float, help="CPU memory per node: CPU offload must fit there too")
+    t.add_argument("--host-memory-gib", type=float,
+                   help="CPU memory per node: CPU offload must fit there too (default: this machine's memory)")
     t.add_argument("--gpu", help="target GPU, a spec catalog key (H100-SXM, H200, GB300, VR200...)")
     t.add_argument("--gpu-memory-gib", type=float, help="target GPU memory in GiB, instead of --gpu")
+    ms = p.add_argument_group("measure the model's own activations (--measure)")
+    ms.add_argument("--measure", action="store_true",
+                    help="run real training steps of the model at small sizes (CPU, or the GPU when there is one), "
+                         "fit the activations, and plan with them")
+    ms.add_argument("--import", dest="import_path", metavar="MODULE:FACTORY",
+                    help="your model, as model.import takes it (e.g. examples.byom.nanogpt:build); needs --measure")
+    ms.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="an argument for the factory or workload builder (repeatable; values are YAML)")
+    ms.add_argument("--task", choices=("lm", "classification"),
+                    help="lm (token ids in; default with --vocab) or classification (images in)")
+    ms.add_argument("--measure-device", default="auto", help="auto (default: the GPU when there is one), cpu or cuda")
 
 
 def _cost_args(p: argparse.ArgumentParser, *, prices_required: bool) -> None:

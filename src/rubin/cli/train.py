@@ -14,9 +14,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="accept a different config in an existing run dir: the old run is moved aside")
     p.add_argument("--quiet", action="store_true", help="no progress output (the run dir is written as usual)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--from-deepspeed", metavar="DS_CONFIG", help="map a DeepSpeed ds_config.json onto this config "
+                   "(applied before --set; every key is mapped, or refused, or its difference stated)")
     p.add_argument("--help-config", action="store_true", help="list every config key with its default and meaning")
     p.add_argument("--verify-checkpoints", action="store_true", help="verify the run dir's checkpoints and exit, without training")
     p.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
+
+
+def _deepspeed_overrides(path: str, *, quiet: bool) -> list[str]:
+    import os
+
+    from rubin.platform.launcher import detect
+    from rubin.train import deepspeed
+
+    mapping, notes = deepspeed.load(path, detect(os.environ).world_size)
+    if notes and not quiet:
+        print(f"from-deepspeed: {'; '.join(notes)}", file=sys.stderr)
+    return deepspeed.as_overrides(mapping)
 
 
 def run(args) -> int:
@@ -25,7 +39,10 @@ def run(args) -> int:
     if args.help_config:
         print(describe_fields())
         return 0
-    cfg = load_config(args.config, args.overrides)
+    overrides = args.overrides
+    if args.from_deepspeed:
+        overrides = _deepspeed_overrides(args.from_deepspeed, quiet=args.quiet or args.json) + overrides
+    cfg = load_config(args.config, overrides)
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
@@ -33,14 +50,10 @@ def run(args) -> int:
         from rubin.cli.checkpoint import verify_dir
 
         return verify_dir(str(cfg.run_dir), as_json=args.json)
-    from rubin.errors import ExitCode
-    from rubin.train.trainer import Preempted, train
+    from rubin.train.trainer import train
 
-    try:
-        summary = train(cfg, force=args.force, resume=not args.no_resume, quiet=args.quiet or args.json)
-    except Preempted as stop:
-        print(f"rubin: {stop}", file=sys.stderr)
-        return int(ExitCode.PREEMPTED)
+    # A preemption raises Preempted (exit 75); the CLI boundary prints it like any RubinError.
+    summary = train(cfg, force=args.force, resume=not args.no_resume, quiet=args.quiet or args.json)
     if args.json:
         import json
 

@@ -1,39 +1,42 @@
 """Activation memory, after Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
-Transformer Models", arXiv 2205.05198, Sec. 4.1).
+Transformer Models", arXiv 2205.05198, Sec. 4.1), with each tensor's size from ``tensor_bytes``.
 
 Per transformer layer at 16 bit, with dropout and an MLP of 4h: ``s·b·h·(34 + 5·a·s/h)`` bytes
 (attention 11sbh + 5as²b, MLP 19sbh, two LayerNorms 4sbh). Flash/SDPA attention and selective
 recomputation never keep the ``5as²b`` score matrices; full recomputation keeps only the layer
-input, ``2sbh``. The general form below reduces to 34 for their setting and also covers a
-different FFN width, grouped-query attention, a gated (SwiGLU) MLP and no dropout.
+input. The general form below reduces to 34 for their setting and also covers a different FFN
+width, grouped-query attention, a gated (SwiGLU) MLP, no dropout, and autocast, where the
+residual stream (block inputs, LayerNorm inputs) stays fp32 while matmul inputs and outputs are 16-bit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rubin.errors import UsageError, did_you_mean
-from rubin.plan.model import ModelShape
+from rubin.errors import bad_choice
+from rubin.plan.shapes import ModelShape
+from rubin.plan.tensor_bytes import size
 
 CHECKPOINTING = ("none", "selective", "full")
 
 
 def check_checkpointing(mode: str) -> None:
     if mode not in CHECKPOINTING:
-        raise UsageError(f"activation-checkpointing={mode!r} is not valid{did_you_mean(mode, CHECKPOINTING)}: "
-                         f"allowed are {', '.join(CHECKPOINTING)}")
+        raise bad_choice("activation-checkpointing", mode, CHECKPOINTING)
 
 
 def sbh_coefficient(hidden: int, heads: int, kv_heads: int | None = None, ffn: int | None = None, *,
-                    gated: bool = False, dropout: bool = True) -> float:
+                    gated: bool = False, dropout: bool = True, regime: str = "half") -> float:
     """The ``34`` of Korthikanti's formula for this shape: bytes per s·b·h outside the scores."""
     kv_heads = heads if kv_heads is None else kv_heads
     ffn = 4 * hidden if ffn is None else ffn
-    mask = 1.0 if dropout else 0.0  # a dropout mask is 1 byte per element
-    attention = 2 + 2 + 2 * 2 * kv_heads / heads + 2 + mask  # QKV input, Q, K and V, proj input, mask
-    norms = 2 + 2  # the inputs of both LayerNorms
-    # MLP: its input, then 2 B per element of each saved ffn-wide tensor (2 for GELU, 3 for SwiGLU)
-    mlp = 2 + mask + (3 if gated else 2) * 2 * ffn / hidden
+    mask = size("dropout_mask", regime) if dropout else 0.0
+    m_in, m_out = size("matmul_input", regime), size("matmul_output", regime)
+    # QKV input; Q, K and V (one storage); the attention output (= the projection's input); its mask
+    attention = m_in + m_out * (1 + 2 * kv_heads / heads) + size("attention_output", regime) + mask
+    norms = 2 * size("norm_input", regime)
+    # MLP: its input, its dropout mask, then each saved ffn-wide tensor (2 for GELU, 3 for SwiGLU)
+    mlp = m_in + mask + (3 if gated else 2) * m_out * ffn / hidden
     return attention + norms + mlp
 
 
@@ -44,52 +47,97 @@ def score_coefficient(dropout: bool = True) -> float:
 
 def layer_bytes(s: int, b: int, h: int, a: int, *, kv_heads: int | None = None, ffn: int | None = None,
                 gated: bool = False, dropout: bool = True, flash: bool = False, checkpointing: str = "none",
-                bytes_per_value: float = 2.0) -> float:
-    """Saved activation bytes of one layer. ``bytes_per_value`` 2 for 16-bit, 4 for fp32 training."""
+                regime: str = "half") -> float:
+    """Saved activation bytes of one layer (Korthikanti's terms; per-token statistics are added by ``activations``)."""
     check_checkpointing(checkpointing)
-    scale = bytes_per_value / 2.0
     if checkpointing == "full":
-        return 2.0 * s * b * h * scale
-    per = s * b * h * sbh_coefficient(h, a, kv_heads, ffn, gated=gated, dropout=dropout)
+        return size("checkpointed_input", regime) * s * b * h
+    per = s * b * h * sbh_coefficient(h, a, kv_heads, ffn, gated=gated, dropout=dropout, regime=regime)
     if not flash and checkpointing == "none":
-        per += score_coefficient(dropout) * a * s * s * b
-    return per * scale
+        per += score_coefficient(dropout) * a * s * s * b * size("matmul_output", regime) / 2
+    return per
+
+
+def _layer_stats(s: int, b: int, a: int, flash: bool, regime: str) -> float:
+    """Per-token extras of one layer: two LayerNorms' statistics and the flash kernels' log-sum-exp."""
+    return s * b * (2 * size("norm_stats", regime) + (a * size("attention_lse", regime) if flash else 0.0))
 
 
 @dataclass(frozen=True)
 class Activations:
     layers: float  # all layers' saved activations
     recompute: float  # full checkpointing: one layer rebuilt during backward
-    extra: float  # outside the layers: final norm, head input
-    logits: float  # the output-layer spike
+    extra: float  # outside the layers: inputs, final norm, head input
+    logits: float  # the output-layer spike at the start of backward
+    block_grad: float = 0.0  # in the first block's backward: the gradient of its widest (ffn) tensor
+
+    @property
+    def saved(self) -> float:
+        """What autograd holds after forward: layers, extras and the fp32 log-probs (4 of the 12 B per logit)."""
+        return self.layers + self.extra + self.logits / 3.0
 
     @property
     def total(self) -> float:
-        return self.layers + self.recompute + self.extra + self.logits
+        """The peak: the logits spike and the recomputed layer never coexist (the head's backward runs
+        first and frees the spike before the last block is recomputed)."""
+        return self.layers + self.extra + max(self.logits, self.recompute)
 
     def as_dict(self) -> dict:
-        return {"layers_bytes": self.layers, "recompute_bytes": self.recompute, "extra_bytes": self.extra, "logits_bytes": self.logits}
+        return {"layers_bytes": self.layers, "recompute_bytes": self.recompute, "extra_bytes": self.extra,
+                "logits_bytes": self.logits, "block_grad_bytes": self.block_grad, "saved_bytes": self.saved,
+                "peak_bytes": self.total}
 
 
 def activations(model: ModelShape, micro_batch: int, *, checkpointing: str = "none", flash: bool = True,
-                bytes_per_value: float = 2.0) -> Activations:
+                regime: str = "half") -> Activations:
     """Activation bytes on one GPU for ``micro_batch`` samples (no tensor/pipeline parallelism)."""
     b = micro_batch
-    scale = bytes_per_value / 2.0
-    if model.kind in ("cnn", "mlp") and model.act_bytes_per_sample_16bit is not None:
-        # measured from the workload's own autograd graph; checkpointing is not modeled for these
-        saved = model.act_bytes_per_sample_16bit * b * scale
-        logits = b * (model.vocab or 0) * (bytes_per_value + 8)
-        return Activations(saved, 0.0, 0.0, logits)
+    logit = size("logit", regime)
+    if model.kind in ("cnn", "mlp") and model.act_bytes_per_sample is not None:
+        # measured from the workload's own autograd graph in each regime; checkpointing is not modeled for these
+        saved = model.act_bytes_per_sample[regime] * b
+        logits = b * (model.vocab or 0) * logit
+        return Activations(saved - logits / 3.0, 0.0, 0.0, logits)
+    if model.kind == "measured":
+        return _measured(model, b, checkpointing, logit)
     if not model.is_transformer:
         return Activations(0.0, 0.0, 0.0, 0.0)
     s, h, a = model.seq_len or 0, model.hidden or 0, model.heads or 1
     common = dict(kv_heads=model.kv_heads, ffn=model.ffn, gated=model.gated_mlp, dropout=model.dropout,
-                  flash=flash, bytes_per_value=bytes_per_value)
-    per_layer = layer_bytes(s, b, h, a, checkpointing=checkpointing, **common)
-    recompute = layer_bytes(s, b, h, a, checkpointing="selective" if flash else "none", **common) if checkpointing == "full" else 0.0
-    extra = 4.0 * s * b * h * scale + model.input_bytes_per_sample * b * scale  # final norm and head inputs
-    # logits: the 16-bit output, the fp32 log-softmax cross-entropy keeps for backward, and its fp32 gradient
+                  flash=flash, regime=regime)
+    full = checkpointing == "full"
+    per_layer = layer_bytes(s, b, h, a, checkpointing=checkpointing, **common) + (0.0 if full else _layer_stats(s, b, a, flash, regime))
+    recompute = 0.0
+    if full:
+        recompute = layer_bytes(s, b, h, a, checkpointing="selective" if flash else "none", **common) + _layer_stats(s, b, a, flash, regime)
+    rows = s * b if model.lm_head else b  # tokens through the head
+    # the final norm saves the whole residual stream even when a classifier normalises only its cls token
+    # (x[:, 0] is a view: its storage is all s*b rows)
+    extra = s * b * h * size("norm_input", regime) + rows * (h * size("matmul_input", regime) + size("norm_stats", regime) / 2)
+    if model.input_bytes_per_sample:  # a vision model's image, saved by its patch embedding
+        extra += model.input_bytes_per_sample * b * size("image_input", regime)
+    if model.lm_head:
+        extra += 2 * s * b * size("token_ids", regime)  # input ids and targets
+    logits = rows * (model.vocab or 0) * logit
+    # the residual stream's gradient replaces the final norm's (freed) input, same size; the MLP's
+    # backward adds an ffn-wide gradient (two for a gated MLP) on top of everything still saved
+    block_grad = s * b * (model.ffn or 4 * h) * size("matmul_output", regime) * (2 if model.gated_mlp else 1)
+    return Activations(model.layers * per_layer, recompute, extra, logits, block_grad)
+
+
+def _measured(model: ModelShape, b: int, checkpointing: str, logit: float) -> Activations:
+    """Activations from ``plan memory --measure``'s fit, extrapolated to ``b`` samples of ``seq_len`` tokens."""
+    fit = model.measured_fit
+    s = (model.seq_len or 1) if model.lm_head else 1
     rows = s * b if model.lm_head else b
-    logits = rows * (model.vocab or 0) * (bytes_per_value + 4 + 4)
-    return Activations(model.layers * per_layer, recompute, extra, logits)
+    logits = rows * (model.vocab or 0) * logit
+
+    def saved(mode: str) -> float:
+        k_tok, k_sample, _, k_score = fit[mode]
+        return k_tok * b * s + k_sample * b + k_score * b * s * s
+
+    full = checkpointing == "full" and "full" in fit
+    recompute = 0.0
+    if full and model.layers:  # one block rebuilt: its share of the unchecked saved bytes
+        recompute = max(saved("none") - logits / 3.0, 0.0) / model.layers
+    return Activations(max(saved("full" if full else "none") - logits / 3.0, 0.0), recompute, 0.0, logits)

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from rubin.errors import UsageError, bad_value
-from rubin.plan import model as shapes
+from rubin.plan import shapes
 
 
 def model_shape(args) -> shapes.ModelShape:
+    if args.seq_len is not None and args.seq_len <= 0:  # 0 must not fall back to the model's context
+        raise bad_value("seq-len", args.seq_len, "a positive number of tokens per sample", "e.g. --seq-len 2048")
+    if getattr(args, "measure", False):
+        return measured_shape(args)
+    if getattr(args, "import_path", None):
+        raise UsageError("--import plans your own model by measuring it: add --measure")
     given = [n for n in ("workload", "config", "params") if getattr(args, n, None) is not None]
     flags = any(getattr(args, n, None) is not None for n in ("hidden", "layers", "heads"))
     if len(given) > 1 or (given and given[0] != "workload" and flags):
         raise UsageError(f"give the model once: one of --workload, --config, --params or --hidden/--layers/--heads "
                          f"(got {', '.join('--' + g for g in given)}{' and shape flags' if flags else ''})")
     if args.workload:
-        from rubin.plan.workloads import workload
+        from rubin.plan.reference_shapes import workload
 
         if flags:
             raise UsageError("--workload takes its shape from the workload code; drop --hidden/--layers/--heads "
@@ -37,6 +43,39 @@ def model_shape(args) -> shapes.ModelShape:
     raise UsageError("no model: pass --workload gpt, --config config.json, --params 7e9, or --hidden/--layers/--heads")
 
 
+def measured_shape(args) -> shapes.ModelShape:
+    """``--measure``: build the model, run small real steps, fit its activations (``plan.fit``)."""
+    from rubin.errors import load_yaml_text
+    from rubin.plan import fit
+
+    if bool(args.workload) == bool(args.import_path):
+        raise UsageError("--measure needs the model once: --workload NAME or --import MODULE:FACTORY")
+    for n in ("config", "params", "hidden", "layers", "heads"):
+        if getattr(args, n, None) is not None:
+            raise UsageError(f"--measure builds the model itself: drop --{n}")
+    model_args = {}
+    for item in args.model_arg:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise bad_value("model-arg", item, "KEY=VALUE", "e.g. --model-arg n_layer=12")
+        model_args[key] = load_yaml_text(value, f"--model-arg {key}")
+    task = args.task
+    if args.workload:
+        from rubin.workloads import MODELS
+
+        if args.workload not in MODELS:
+            from rubin.errors import bad_choice
+
+            raise bad_choice("workload", args.workload, MODELS)
+        task = task or ("lm" if args.workload == "gpt" else "classification")
+    task = task or ("lm" if args.vocab else "classification")
+    vocab = args.vocab or (50304 if args.workload == "gpt" else None)
+    src = fit.Source(workload=args.workload, factory=args.import_path, model_args=model_args, task=task, vocab=vocab,
+                     seq_len=args.seq_len or (1024 if task == "lm" else None),
+                     image_shape=(args.channels, args.image_size, args.image_size), classes=args.classes)
+    return fit.measure_shape(src, precision=args.precision, device_want=args.measure_device)
+
+
 def topology(gpus: int | None, per_node: int | None, nodes: int | None) -> tuple[int, int]:
     """(gpus_per_node, nodes) from any two of --gpus, --gpus-per-node, --nodes."""
     for name, v in (("gpus", gpus), ("gpus-per-node", per_node), ("nodes", nodes)):
@@ -44,13 +83,19 @@ def topology(gpus: int | None, per_node: int | None, nodes: int | None) -> tuple
             raise bad_value(name, v, "a positive integer")
     if gpus is None:
         return per_node or 8, nodes or 1
+    if per_node is None and nodes is None and gpus > 8 and gpus % 8:
+        fits = [d for d in range(8, 0, -1) if gpus % d == 0]
+        raise bad_value("gpus", gpus, "a multiple of the default 8 GPUs per node, or --gpus-per-node that divides it",
+                        f"pass --gpus-per-node {fits[0]} ({gpus // fits[0]} nodes)"
+                        + "".join(f" or {d} ({gpus // d} nodes)" for d in fits[1:3]))
     if per_node is None:
         per_node = gpus // nodes if nodes else min(gpus, 8)
     if nodes is None:
         nodes = max(gpus // per_node, 1)
     if per_node * nodes != gpus:
-        raise bad_value("gpus", gpus, f"a multiple of --gpus-per-node {per_node} equal to --gpus-per-node x --nodes",
-                        f"use e.g. --gpus {max(per_node * max(nodes, 1), per_node)} or set --gpus-per-node")
+        divisors = [d for d in range(min(gpus, 8), 0, -1) if gpus % d == 0]
+        raise bad_value("gpus", gpus, f"--gpus-per-node x --nodes (here {per_node} x {nodes} = {per_node * nodes})",
+                        f"pass --gpus-per-node {divisors[0]} with --nodes {gpus // divisors[0]}, or drop --nodes")
     return per_node, nodes
 
 
@@ -63,6 +108,12 @@ def memory_request(args):
     if args.gpu and args.gpu_memory_gib is not None:
         raise UsageError("give the GPU once: --gpu NAME or --gpu-memory-gib SIZE")
     name, size, notes = gpu_memory(args.gpu, args.gpu_memory_gib)
+    host = args.host_memory_gib
+    if host is None:
+        host = detected_host_memory_gib()
+        if host is not None:
+            notes.append(f"host memory per node: {host:.0f} GiB, detected on this machine (CPU offload must fit "
+                         "there); pass --host-memory-gib for the target's nodes")
     if model.kind == "params":
         notes.append("raw parameter count: activations are not counted; give --workload, --config or a shape for them")
     if model.kind in ("cnn", "mlp") and args.activation_checkpointing != "none":
@@ -71,7 +122,18 @@ def memory_request(args):
                          gpus_per_node=per_node, nodes=nodes, precision=args.precision, optimizer=args.optimizer,
                          checkpointing=args.activation_checkpointing, flash=args.flash_attention,
                          usable_fraction=args.usable_fraction, overhead_gib=args.overhead_gib,
-                         conservative=args.conservative, host_memory_gib=args.host_memory_gib, notes=notes)
+                         conservative=args.conservative, host_memory_gib=host, notes=notes,
+                         grad_accumulation=args.grad_accumulation)
+
+
+def detected_host_memory_gib() -> float | None:
+    """This machine's physical memory (sysconf; no psutil), or None where the OS does not say."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def throughput(args):

@@ -24,11 +24,12 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rubin.errors import UsageError, bad_value, did_you_mean
+from rubin.errors import UsageError, bad_value, load_mapping, validation_error
 
 
 class Instance(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # inf and nan are refused: an infinite price or hazard would rank or poison every option
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(description="what you call this option")
     gpus: int = Field(gt=0, description="GPUs per instance (node)")
@@ -50,40 +51,15 @@ class PriceList(BaseModel):
     instances: list[Instance] = Field(min_length=1, description="the options to compare")
 
 
-def _one_line(err: ValidationError, path: str) -> UsageError:
-    e = err.errors()[0]
-    loc = e["loc"]
-    where = ".".join(str(x) for x in loc)
-    if e["type"] == "extra_forbidden":
-        model = Instance if "instances" in loc and len(loc) > 2 else PriceList
-        allowed = list(model.model_fields)
-        return UsageError(f"{path}: unknown key {where!r}{did_you_mean(loc[-1], allowed)}: "
-                          f"allowed keys are {', '.join(allowed)}; fix the price file")
-    if e["type"] == "missing":
-        return UsageError(f"{path}: {where} is missing; every instance needs name, gpus, gpu, on_demand_per_hour")
-    value = e.get("input")
-    msg = e["msg"].lower()
-    if e["type"] in ("greater_than", "greater_than_equal"):
-        msg = f"{msg} (prices and hazards must be positive)"
-    return UsageError(f"{path}: {where}={value!r} is not valid: {msg}; fix the price file")
-
-
 def load(path: str | Path) -> PriceList:
-    import yaml
-
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise bad_value("prices", str(path), "a YAML price file", "copy examples/prices.example.yaml and edit it") from None
-    except (OSError, yaml.YAMLError) as err:
-        raise bad_value("prices", str(path), f"readable YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(data, dict):
+    data = load_mapping(Path(path), "price file", "copy examples/prices.example.yaml and edit it")
+    if not data:
         raise bad_value("prices", str(path), "a mapping with an 'instances' list", "see examples/prices.example.yaml")
     try:
         prices = PriceList.model_validate(data)
     except ValidationError as err:
-        raise _one_line(err, str(path)) from None
+        raise validation_error(err, PriceList, where=str(path),
+                               fix="fix the price file (prices and hazards must be positive and finite)") from None
     _check(prices, str(path))
     return prices
 

@@ -21,37 +21,39 @@ def _gib(b) -> str:
 def memory(res: dict) -> None:
     from rich.table import Table
 
-    c = _console()
+    c = _console(160)
     m, s, g = res["model"], res["setup"], res["gpu"]
     c.print(f"[bold]rubin plan memory[/bold]: {m['name']}"
             + ("" if m["kind"] == "params" else f", {m['params'] / 1e9:.3g}B params")
             + (f", seq {m['seq_len']}" if m.get("seq_len") else "")
             + f"; micro-batch {s['micro_batch']}; {s['gpus']} GPUs ({s['nodes']} x {s['gpus_per_node']}); "
-            f"{s['precision']}, {s['optimizer']}" + (", conservative (DeepSpeed)" if s["conservative"] else ""))
+            f"{s['precision']}, {s['optimizer']}" + (f", conservative ({s['conservative']})" if s["conservative"] else ""))
     if g["name"]:
         c.print(f"GPU {g['name']}: {_gib(g['memory_bytes'])} GiB, planning into {_gib(g['budget_bytes'])} GiB "
                 f"({g['usable_fraction']:.0%})")
     t = Table(title="memory per GPU (GiB)")
-    for col in ("strategy", "weights", "grads", "optim", "gathered", "activations", "overhead", "total", "fits", "max micro-batch"):
-        t.add_column(col, justify="left" if col == "strategy" else "right")
+    for col in ("strategy", "weights", "16-bit copy", "grads", "DDP buckets", "optim", "gathered", "activations",
+                "peak at", "overhead", "total", "fits", "max micro-batch"):
+        t.add_column(col, justify="left" if col in ("strategy", "peak at") else "right")
     for r in res["strategies"]:
         ms = r["model_states"]
-        fits = "-" if r["fits"] is None else ("[green]yes[/green]" if r["fits"] else "[red]no[/red]")
+        fits = "-" if r["fits"] is None else ("[green]yes[/green]" if r["fits"] else
+                                              "[yellow]tight[/yellow]" if r.get("fits_without_margin") else "[red]no[/red]")
         label = r["label"] + (" *" if r["strategy"] == res["recommended"] else "")
-        t.add_row(label, _gib(ms["weights_bytes"]), _gib(ms["grads_bytes"]), _gib(ms["optimizer_bytes"]),
-                  _gib(ms["gathered_layer_bytes"]), _gib(r["activation_bytes"]), _gib(r["overhead_bytes"]),
+        t.add_row(label, _gib(ms["weights_bytes"]), _gib(ms["weight_cast_bytes"]), _gib(ms["grads_bytes"]),
+                  _gib(ms["ddp_bucket_bytes"]), _gib(ms["optimizer_bytes"]), _gib(ms["gathered_layer_bytes"]),
+                  _gib(r["activation_bytes"]), r["peak_phase"].replace("_", " "), _gib(r["overhead_bytes"]),
                   _gib(r["total_bytes"]), fits, "-" if r["max_micro_batch"] is None else str(r["max_micro_batch"]))
     c.print(t)
+    c.print("total = the step's largest phase (\"peak at\") + overhead; activations at their peak")
     c.print(f"[bold]{res['verdict']}[/bold]")
+    if res.get("margin"):
+        c.print(res["margin"]["text"], soft_wrap=True)
     rec = next((r for r in res["strategies"] if r["strategy"] == res["recommended"]), None)
     if rec:
         c.print(f"* {rec['description']}")
     for n in res["notes"]:
-        c.print(f"note: {n}")
-
-
-def _h(x) -> str:
-    return "-" if x is None else f"{x:,.1f}"
+        c.print(f"note: {n}", soft_wrap=True)
 
 
 def _money(x) -> str:

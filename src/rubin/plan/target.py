@@ -17,8 +17,8 @@ def gpu_memory(name: str | None, memory_gib: float | None) -> tuple[str | None, 
     """(label, bytes, notes) for ``--gpu NAME`` or ``--gpu-memory-gib X``."""
     notes: list[str] = []
     if memory_gib is not None:
-        if not memory_gib > 0:
-            raise bad_value("gpu-memory-gib", memory_gib, "a positive size in GiB", "e.g. --gpu-memory-gib 80")
+        if not (memory_gib > 0 and memory_gib != float("inf")):
+            raise bad_value("gpu-memory-gib", memory_gib, "a positive, finite size in GiB", "e.g. --gpu-memory-gib 80")
         return (name or f"{memory_gib:g} GiB GPU"), memory_gib * GIB, notes
     if name is None:
         return None, None, notes

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from rubin.errors import UsageError, bad_value, did_you_mean
+from rubin.errors import UsageError, bad_value, did_you_mean, load_mapping
 
 UNITS = ("samples", "tokens")
 KNOWN_SCHEMA_MAJOR = 1
@@ -64,15 +64,8 @@ def _gpu_key(name: str | None) -> str | None:
 
 
 def _read(path: Path, what: str) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise bad_value(what, str(path), "an existing file") from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise bad_value(what, str(path), f"a JSON file ({err})") from None
-    if not isinstance(data, dict):
-        raise bad_value(what, str(path), "a JSON object")
-    return data
+    fix = "pass a rubin bench results file (--bench)" if what == "bench" else "pass a run's summary.json or its run directory"
+    return load_mapping(path, what, fix)
 
 
 def _check_schema(data: dict, path: Path, what: str, expected: str) -> None:

@@ -20,6 +20,7 @@ def full_env(run_dir: str | None = None, *, quick: bool = False) -> dict:
     from rubin.platform.sources import Sources
 
     fp = fingerprint(run_dir)
+    fp["launcher"] = launcher_info()
     if quick:
         return fp
     facts = probe(Sources(run_dir=run_dir or "."))
@@ -54,6 +55,17 @@ def full_env(run_dir: str | None = None, *, quick: bool = False) -> dict:
     return fp
 
 
+def launcher_info(env=None) -> dict:
+    """The launcher this process was started by (torchrun, Slurm, PyTorchJob, SkyPilot, ...) and its rank."""
+    from rubin.errors import UsageError
+    from rubin.platform.launcher import describe, detect
+
+    try:
+        return describe(detect(env))
+    except UsageError as err:  # a broken launcher environment is a finding here, not a crash
+        return {"launcher": "invalid", "error": str(err)}
+
+
 def markdown(env: dict) -> str:
     lines = ["## Environment (`rubin env`)", ""]
 
@@ -80,7 +92,7 @@ def markdown(env: dict) -> str:
             lines.append(f"- {k}: `{v}`" if v != "–" else f"- {k}: –")
         lines.append("")
 
-    for key in ("host", "python", "rubin", "torch", "gpu", "scheduler", "run_dir", "extra"):
+    for key in ("host", "python", "rubin", "torch", "gpu", "scheduler", "launcher", "run_dir", "extra"):
         if key in env:
             section(key, env[key])
     section("env", env.get("env") or {"(none of the GPU/NCCL/launcher variables are set)": None})

@@ -19,7 +19,7 @@ import warnings
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 
-from rubin.errors import UsageError, did_you_mean
+from rubin.errors import UsageError, bad_choice, did_you_mean, load_yaml_text
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 
@@ -102,10 +102,8 @@ def _row(raw: dict) -> GpuSpec:
 
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[GpuSpec, ...]:
-    import yaml
-
     text = resources.files("rubin.platform").joinpath("gpu_specs.yaml").read_text()
-    doc = yaml.safe_load(text)
+    doc = load_yaml_text(text, "gpu_specs.yaml")  # a duplicated row key would otherwise silently win
     rows = tuple(_row(r) for r in doc["gpus"])
     keys = [r.key for r in rows]
     if len(set(keys)) != len(keys):
@@ -207,10 +205,7 @@ def dtype_key(dtype: str) -> str:
     d = str(dtype).lower().removeprefix("torch.")
     d = _DTYPE_ALIASES.get(d, d)
     if d not in DTYPES:
-        raise UsageError(
-            f"dtype={dtype!r} is not valid{did_you_mean(d, DTYPES)}: allowed are {', '.join(DTYPES)}; "
-            "pass one of those"
-        )
+        raise bad_choice("dtype", dtype, DTYPES, "pass one of those")
     return d
 
 

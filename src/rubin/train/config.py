@@ -9,28 +9,40 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rubin.errors import UsageError, did_you_mean
+from rubin.errors import UsageError, load_mapping, validation_error
+from rubin.launch.spec import LaunchConfig
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+    # allow_inf_nan=False: `optim.lr=inf` or `run.epochs=.inf` is a typo that would train NaNs or forever
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True, allow_inf_nan=False)
 
 
 class RunConfig(_Section):
-    name: str = Field("demo", description="run name; the default run dir is runs/<name>")
+    name: str = Field("demo", min_length=1, description="run name; the default run dir is runs/<name>")
     dir: Optional[str] = Field(None, description="run directory (default: runs/<name>)")
-    seed: int = Field(0, description="seed for python, numpy, torch and the data order")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed for python, numpy, torch and the data order")
     deterministic: bool = Field(False, description="deterministic algorithms: bit-identical reruns and resumes on CPU")
-    max_steps: Optional[int] = Field(None, gt=0, description="optimizer steps to train (or use epochs)")
-    epochs: Optional[float] = Field(None, gt=0, description="epochs to train, converted to steps (or use max_steps)")
+    max_steps: Optional[int] = Field(None, gt=0, le=10**12, description="optimizer steps to train (or use epochs)")
+    epochs: Optional[float] = Field(None, gt=0, le=1e6, description="epochs to train, converted to steps (or use max_steps)")
     eval_every_steps: int = Field(0, ge=0, description="evaluate every N steps (0: only at the end)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available, else cpu")
     allow_tf32: bool = Field(True, description="let fp32 matmuls use TF32 tensor cores on GPUs that have them")
+
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        # the name becomes a folder under runs/: '../x' or 'a/b' would write outside it
+        if v in (".", "..") or any(c in v for c in "/\\\0") or v.strip() != v:
+            raise ValueError(f"run.name={v!r} is not valid: a run name is one folder name, without '/', '\\', "
+                             "'..' or surrounding spaces; use e.g. run.name=my-run, or set run.dir to choose the folder")
+        return v
 
 
 class ModelConfig(_Section):
@@ -41,7 +53,8 @@ class ModelConfig(_Section):
 
 class DataConfig(_Section):
     name: str = Field("digits", description="dataset: digits, synthetic_images, synthetic_tokens, synthetic, image_folder, cifar10, tokens")
-    import_: Optional[str] = Field(None, alias="import", description="'pkg.module:function' returning (train_dataset, eval_dataset_or_None)")
+    import_: Optional[str] = Field(None, alias="import",
+        description="'pkg.module:function' returning (train_dataset, eval_dataset_or_None)")
     path: Optional[str] = Field(None, description="data location for folder, cifar10 and token datasets")
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the dataset builder")
     batch_size: int = Field(64, gt=0, description="GLOBAL batch per optimizer step, over all ranks and accumulation")
@@ -51,15 +64,17 @@ class DataConfig(_Section):
     pin_memory: Optional[bool] = Field(None, description="pinned host memory (default: on with CUDA)")
     persistent_workers: bool = Field(True, description="keep workers alive across epochs")
     prefetch_factor: Optional[int] = Field(None, gt=0, description="batches each worker loads ahead")
-    task: Optional[Literal["classification", "lm"]] = Field(None, description="loss: cross-entropy on (x, y), or next-token for lm (default: from the data)")
+    task: Optional[Literal["classification", "lm"]] = Field(None,
+        description="loss: cross-entropy on (x, y), or next-token for lm (default: from the data)")
     num_classes: Optional[int] = Field(None, gt=0, description="classes of an imported classification dataset (default: inferred)")
 
 
 class OptimConfig(_Section):
     name: Literal["adamw", "sgd"] = Field("adamw", description="optimizer")
-    lr: float = Field(3e-3, gt=0, description="peak learning rate")
-    weight_decay: float = Field(0.05, ge=0, description="decoupled weight decay; never applied to norms or biases")
-    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas")
+    lr: float = Field(3e-3, gt=0, le=10, description="peak learning rate")
+    weight_decay: float = Field(0.05, ge=0, le=10, description="decoupled weight decay; never applied to norms or biases")
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
+        (0.9, 0.95), description="AdamW betas, each in [0, 1)")
     momentum: float = Field(0.9, ge=0, description="SGD momentum")
     warmup_steps: int = Field(0, ge=0, description="linear warmup steps")
     schedule: Literal["cosine", "linear", "constant"] = Field("cosine", description="decay after warmup")
@@ -68,10 +83,13 @@ class OptimConfig(_Section):
 
 
 class DistributedConfig(_Section):
-    strategy: Literal["auto", "single", "ddp", "fsdp"] = Field("auto", description="auto: single at world size 1, else ddp; fsdp: FSDP2 fully_shard per block")
+    strategy: Literal["auto", "single", "ddp", "fsdp"] = Field("auto",
+        description="auto: single at world size 1, else ddp; fsdp: FSDP2 fully_shard per block")
     backend: Literal["auto", "nccl", "gloo"] = Field("auto", description="auto: nccl on CUDA, gloo on CPU")
     timeout_s: float = Field(600, gt=0, description="process-group timeout, so a hang never waits for NCCL's default")
     activation_checkpointing: bool = Field(False, description="recompute each block's activations in backward")
+    blocks: Optional[str] = Field(None, description="the units for FSDP and activation checkpointing: class names (GPT2Block) "
+                                  "or module paths (transformer.h), comma-separated (default: found automatically, see docs/byom.md)")
     compile: bool = Field(False, description="torch.compile the model")
 
 
@@ -81,14 +99,16 @@ class CheckpointConfig(_Section):
     keep_last: int = Field(3, ge=1, description="committed checkpoints to keep")
     keep_every_steps: Optional[int] = Field(None, gt=0, description="also keep milestones at multiples of N steps")
     async_: bool = Field(False, alias="async", description="snapshot to CPU memory, write in the background")
-    async_policy: Literal["wait", "skip"] = Field("wait", description="a save due while the previous one is still being written: wait for it, or skip this one (one rank only)")
+    async_policy: Literal["wait", "skip"] = Field("wait",
+        description="a save due while the previous one is still being written: wait for it, or skip this one (one rank only)")
     preemption_grace_s: float = Field(25.0, gt=0, description="time allowed for the emergency save after a signal")
     save_final: bool = Field(True, description="save a checkpoint at the end of training")
 
 
 class TelemetryConfig(_Section):
     log_every_steps: int = Field(10, gt=0, description="log metrics every N steps")
-    sinks: list[Literal["jsonl", "tensorboard", "mlflow"]] = Field(default_factory=lambda: ["jsonl"], description="where metrics go; jsonl is always written")
+    sinks: list[Literal["jsonl", "tensorboard", "mlflow"]] = Field(default_factory=lambda: ["jsonl"],
+        description="where metrics go; jsonl is always written")
     nvml: bool = Field(True, description="sample GPU util, memory, power, clocks and throttle reasons via NVML")
 
 
@@ -110,6 +130,7 @@ class Config(_Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
+    launch: Optional[LaunchConfig] = Field(None, description="where and how `rubin launch` runs this config (validated; ignored by train)")
 
     @model_validator(mode="after")
     def _needs_length(self):
@@ -122,7 +143,10 @@ class Config(_Section):
         return Path(self.run.dir) if self.run.dir else Path("runs") / self.run.name
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
+        """The resolved config as YAML, credentials in it redacted (it is saved in the run dir and compared on resume)."""
+        from rubin.redact import redact_obj
+
+        return yaml.safe_dump(redact_obj(self.model_dump(mode="json", by_alias=True)), sort_keys=False)
 
     def hash(self) -> str:
         return hashlib.sha256(self.to_yaml().encode()).hexdigest()[:16]
@@ -134,7 +158,7 @@ RESUMABLE_CHANGES = {
     "data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor",
     "data.eval_batch_size", "data.micro_batch_size", "distributed.strategy", "distributed.backend",
     "distributed.timeout_s", "distributed.compile",
-    "checkpoint", "telemetry", "faults.hang_timeout_s",
+    "checkpoint", "telemetry", "faults.hang_timeout_s", "launch",
 }
 
 
@@ -154,36 +178,6 @@ def changed_keys(old: dict, new: dict) -> list[str]:
     a, b = _flat(old), _flat(new)
     diff = [k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
     return [k for k in diff if k not in RESUMABLE_CHANGES and k.split(".")[0] not in RESUMABLE_CHANGES]
-
-
-def _section_fields(path: tuple) -> list[str]:
-    model: Any = Config
-    for part in path:
-        field = model.model_fields.get(part) or next(
-            (f for f in model.model_fields.values() if f.alias == part), None
-        )
-        ann = getattr(field, "annotation", None) if field else None
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
-            return []
-        model = ann
-    return [f.alias or name for name, f in model.model_fields.items()]
-
-
-def _explain(err: ValidationError) -> str:
-    e = err.errors()[0]
-    loc = tuple(str(p) for p in e["loc"])
-    name = ".".join(loc) or "config"
-    if e["type"] == "extra_forbidden":
-        allowed = _section_fields(loc[:-1])
-        section = ".".join(loc[:-1]) or "the top level"
-        return (
-            f"unknown key {name!r}{did_you_mean(loc[-1], allowed)}; "
-            f"keys allowed in {section}: {', '.join(allowed)}"
-        )
-    value = e.get("input")
-    if e["type"] == "value_error":
-        return e["msg"].removeprefix("Value error, ")
-    return f"{name}={value!r} is not valid: {e['msg'].lower()}; fix it in the config or with --set {name}=..."
 
 
 def _set_override(data: dict, item: str) -> None:
@@ -211,21 +205,17 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, *, 
     if path is None:
         data = dict(base if base is not None else demo_defaults())
     else:
-        p = Path(path)
-        if not p.is_file():
-            raise UsageError(f"config file {str(p)!r} does not exist; pass a YAML file (see examples/) or no CONFIG for the demo")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise UsageError(f"config file {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise UsageError(f"config file {str(p)!r} must hold a mapping of sections, got {type(data).__name__}")
+        data = load_mapping(path, "config file", "pass a YAML file (see examples/) or no CONFIG for the demo")
     for item in overrides or []:
         _set_override(data, item)
     try:
         return Config.model_validate(data)
     except ValidationError as err:
-        raise UsageError(_explain(err)) from None
+        raise validation_error(err, Config, fix=f"fix it in the config or with --set {_loc(err)}=...") from None
+
+
+def _loc(err: ValidationError) -> str:
+    return ".".join(str(p) for p in err.errors()[0]["loc"] if not isinstance(p, int)) or "section.key"
 
 
 def demo_defaults() -> dict:

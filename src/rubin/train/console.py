@@ -27,6 +27,11 @@ class Console:
             self._task = self._progress.add_task("train", total=total_steps, completed=start_step, info="")
             self._progress.start()
 
+    def start_at(self, step: int) -> None:
+        """A resumed run starts its progress bar at the checkpoint's step."""
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step)
+
     def print(self, text: str) -> None:
         if not self.enabled:
             return

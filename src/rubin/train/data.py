@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from rubin.errors import UsageError
 
@@ -48,6 +48,7 @@ class GlobalBatchSampler(Sampler[int]):
         self.n, self.plan, self.rank, self.seed, self.shuffle = n, plan, rank, seed, shuffle
         self.epoch = 0
         self.start_sample = 0  # global samples already consumed in this epoch
+        self.sample_seeds = False  # yield (index, seed) pairs for SeededSamples
 
     def steps_per_epoch(self) -> int:
         return self.n // self.plan.global_batch
@@ -69,11 +70,61 @@ class GlobalBatchSampler(Sampler[int]):
             base = step * p.global_batch
             for m in range(p.accum_steps):
                 lo = base + (m * p.world_size + self.rank) * p.micro_batch
-                yield from order[lo : lo + p.micro_batch].tolist()
+                if self.sample_seeds:
+                    for pos, index in enumerate(order[lo : lo + p.micro_batch].tolist(), lo):
+                        yield index, sample_seed(self.seed, self.epoch, pos)
+                else:
+                    yield from order[lo : lo + p.micro_batch].tolist()
 
     def __len__(self) -> int:
         steps = self.steps_per_epoch() - self.start_sample // self.plan.global_batch
         return max(0, steps) * self.plan.accum_steps * self.plan.micro_batch
+
+
+def sample_seed(seed: int, epoch: int, position: int) -> int:
+    """A 63-bit seed for the sample at POSITION of EPOCH's global order (splitmix64 of the three).
+
+    It depends on nothing a resume can change: not on the worker that loads the sample, the
+    number of workers or ranks, prefetching, or how many samples a worker drew before.
+    """
+    z = (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + position) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) >> 1
+
+
+class SeededSamples(Dataset):
+    """Loads ``dataset[index]`` for an (index, seed) key, with the worker's RNGs seeded from SEED first.
+
+    This is how the DataLoader workers' RNG is checkpointed: instead of snapshotting each
+    worker's generator (whose position depends on prefetching and on which worker drew what),
+    every sample's draws are a function of (run seed, epoch, position in the epoch), and those
+    are in the checkpoint. A resumed run therefore replays worker-side augmentation exactly, even
+    with another number of workers or ranks. Used for datasets that set ``seed_per_sample``.
+
+    Without workers (``num_workers=0``) the sample is loaded by the training process at the
+    step that uses it, and that process's RNG state is saved at every step boundary already,
+    so the key's seed is ignored there: reseeding the training process would reset the model's
+    dropout stream.
+    """
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        index, seed = key
+        if get_worker_info() is not None:
+            import random
+
+            import numpy as np
+
+            torch.random.default_generator.manual_seed(seed)
+            np.random.seed(seed % 2**32)
+            random.seed(seed)
+        return self.dataset[index]
 
 
 class EvalSampler(Sampler[int]):
@@ -97,7 +148,9 @@ def _loader_kwargs(cfg, device) -> dict:
     }
     if workers > 0:
         from rubin.train.faults import worker_init
+        from rubin.train.faults.preemption import reap_workers_at_exit
 
+        reap_workers_at_exit()  # workers ignore SIGTERM; they must still never block this process's exit
         kw["persistent_workers"] = cfg.persistent_workers
         kw["worker_init_fn"] = worker_init
         if cfg.prefetch_factor:
@@ -108,6 +161,8 @@ def _loader_kwargs(cfg, device) -> dict:
 def train_loader(dataset, sampler: GlobalBatchSampler, cfg, device, seed: int) -> DataLoader:
     # A private generator: DataLoader draws worker base seeds from it, not from the global RNG,
     # so starting an epoch does not perturb the model's dropout stream (exact resume).
+    if getattr(dataset, "seed_per_sample", False):
+        dataset, sampler.sample_seeds = SeededSamples(dataset), True
     return DataLoader(
         dataset,
         batch_size=sampler.plan.micro_batch,
@@ -123,3 +178,19 @@ def eval_loader(dataset, rank: int, world_size: int, batch: int, cfg, device) ->
     kw["persistent_workers"] = False
     kw.pop("prefetch_factor", None) if not kw.get("num_workers") else None
     return DataLoader(dataset, batch_size=batch, sampler=EvalSampler(len(dataset), rank, world_size), **kw)
+
+
+def shut_down_workers(*loaders) -> None:
+    """Stop the worker processes behind these DataLoaders or their iterators now (None is skipped).
+
+    The trainer calls this on every exit path: a persistent worker left alive keeps the process
+    from exiting (workers ignore SIGTERM, see ``faults.worker_init``).
+    """
+    for obj in loaders:
+        it = getattr(obj, "_iterator", None) if isinstance(obj, DataLoader) else obj
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            try:
+                shutdown()
+            except Exception:  # noqa: BLE001 - already half torn down; the exit-time reaper is the backstop
+                pass

@@ -10,8 +10,9 @@ import os
 from dataclasses import dataclass
 
 from rubin.errors import bad_value
-from rubin.platform import launcher
 from rubin.platform import device as dev
+from rubin.platform import launcher
+
 
 @dataclass
 class DistInfo:
@@ -39,6 +40,9 @@ def setup(cfg) -> DistInfo:
     import torch.distributed as dist
 
     info = detect()
+    from rubin.train.strategy import resolve
+
+    resolve(cfg.distributed.strategy, info.world_size)  # a strategy this launch cannot run is bad input: refuse it first
     info.device = dev.pick_device(info.local_rank, cfg.run.device)
     backend = cfg.distributed.backend
     if backend == "auto":
@@ -106,23 +110,19 @@ def teardown(info: DistInfo) -> None:
         info.initialized = False
 
 
+def abort(info: DistInfo) -> None:
+    """Leave the group without a barrier: after an error, peers may never reach one."""
+    import torch.distributed as dist
+
+    if info.initialized and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def barrier(info: DistInfo) -> None:
     import torch.distributed as dist
 
     if info.world_size > 1 and dist.is_initialized():
         dist.barrier()
-
-
-def all_reduce_max(info: DistInfo, value: float) -> float:
-    """Max of a scalar over ranks: every rank gets the same answer (flags, decisions)."""
-    if info.world_size == 1:
-        return value
-    import torch
-    import torch.distributed as dist
-
-    t = torch.tensor([float(value)], device=info.device if info.backend == "nccl" else "cpu")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
 
 
 def broadcast_object(info: DistInfo, obj):

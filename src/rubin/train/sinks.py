@@ -1,8 +1,17 @@
-"""Where metrics go. JSONL in the run dir always; TensorBoard and MLflow when installed and asked for."""
+"""Where metrics go. JSONL in the run dir always; TensorBoard and MLflow when installed and asked for.
+
+An external sink is a convenience, never a reason to lose a run: one that cannot start is a
+one-line error before training, and one that fails later is reported once (as a warning event and
+a line) and dropped, while metrics.jsonl carries on. Its errors often quote a tracking URI, so they
+go through ``rubin.redact`` first.
+"""
 
 from __future__ import annotations
 
-from rubin.errors import UsageError
+import sys
+
+from rubin.errors import RubinError, UsageError
+from rubin.redact import redact, redact_obj
 
 
 def _scalars(row: dict, prefix: str = "") -> dict[str, float]:
@@ -79,9 +88,15 @@ class MlflowSink:
             except ImportError:
                 os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
                 mlflow.set_tracking_uri((run.path / "mlruns").resolve().as_uri())
-        self.active = mlflow.start_run(run_name=run.path.name)
-        flat = {}  # params: a flat view of the config, as strings
-        for sec, val in config_dict.items():
+        try:
+            self.active = mlflow.start_run(run_name=run.path.name)
+        except Exception as err:  # noqa: BLE001 - any failure of the tracking server: one line, secrets redacted
+            raise RubinError(
+                f"telemetry sink mlflow could not start a run ({type(err).__name__}: {_first_line(err)}); "
+                "check MLFLOW_TRACKING_URI and its credentials, or remove mlflow from telemetry.sinks"
+            ) from None
+        flat = {}  # params: a flat view of the config, as strings (credentials in it never leave the machine)
+        for sec, val in redact_obj(config_dict).items():
             if isinstance(val, dict):
                 for k, v in val.items():
                     flat[f"{sec}.{k}"] = str(v)[:250]
@@ -116,13 +131,45 @@ def require(names) -> None:
                 ) from None
 
 
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return redact(text[0][:300]) if text else ""
+
+
+class Guarded:
+    """Wraps an external sink: its first failure is reported once (redacted) and the sink is dropped."""
+
+    def __init__(self, name: str, sink, run):
+        self.name, self.sink, self.run, self.failed = name, sink, run, False
+
+    def _call(self, method: str, *args) -> None:
+        if self.failed:
+            return
+        try:
+            getattr(self.sink, method)(*args)
+        except Exception as err:  # noqa: BLE001 - a metrics server going away must not stop training
+            self.failed = True
+            msg = f"telemetry sink {self.name} failed ({type(err).__name__}: {_first_line(err)}); it is off for the rest of the run"
+            self.run.event("warning", message=msg)
+            print(f"warning: {msg}", file=sys.stderr)
+
+    def metrics(self, row: dict) -> None:
+        self._call("metrics", row)
+
+    def eval(self, row: dict) -> None:
+        self._call("eval", row)
+
+    def close(self) -> None:
+        self._call("close")
+
+
 def build_sinks(names, run, config_dict) -> list:
     sinks = [JsonlSink(run)]
     if not run.is_writer:
         return []
     for name in names:
         if name == "tensorboard":
-            sinks.append(TensorBoardSink(run))
+            sinks.append(Guarded(name, TensorBoardSink(run), run))
         elif name == "mlflow":
-            sinks.append(MlflowSink(run, config_dict))
+            sinks.append(Guarded(name, MlflowSink(run, config_dict), run))
     return sinks

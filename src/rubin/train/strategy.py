@@ -1,7 +1,9 @@
 """Parallel strategies: single, DDP and FSDP2 (``fully_shard`` per block, the ZeRO-3 equivalent).
 
-The loop only sees ``Strategy``: ``forward_model`` to call, ``no_sync(last)`` for accumulation,
-``clip`` and the state-dict helpers. It never branches on the strategy itself.
+The loop sees one handle, ``strategy.model``: the model to call, wrapped as the strategy needs
+(DDP, FSDP2 in place, ``torch.compile``). Everything else that depends on the strategy is a
+method here: ``no_sync(last)`` for accumulation, ``grad_norm_and_clip``, and the checkpoint
+contents ``save_state`` / ``load_state``. No other module branches on the strategy's name.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -21,6 +24,9 @@ def resolve(name: str, world_size: int) -> str:
         return "single" if world_size == 1 else "ddp"
     if name == "single" and world_size > 1:
         raise bad_value("distributed.strategy", name, f"single runs one process, but world size is {world_size}", "use ddp or fsdp")
+    if name in ("ddp", "fsdp") and world_size == 1:
+        raise bad_value("distributed.strategy", name, f"{name} needs torchrun with 2 or more processes, but this is one process",
+                        "launch with `torchrun --nproc-per-node=N -m rubin train ...`, or use strategy=auto or single")
     return name
 
 
@@ -39,12 +45,13 @@ class Strategy:
         if act_ckpt:
             apply_activation_checkpointing(blocks)
         module.to(info.device)
-        self.module = module  # the unwrapped model: state dicts and digests come from here
+        self._module = module  # unwrapped (FSDP2 shards it in place): state dicts and digests come from here
+        self._ddp = None
         if name == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             ids = [info.device.index] if info.device.type == "cuda" else None
-            wrapped = DDP(module, device_ids=ids)
+            wrapped = self._ddp = DDP(module, device_ids=ids)
         elif name == "fsdp":
             from torch.distributed.fsdp import fully_shard
 
@@ -54,42 +61,103 @@ class Strategy:
             wrapped = module
         else:
             wrapped = module
-        self.wrapped = wrapped
-        self.forward_model = torch.compile(wrapped) if compile else wrapped
+        self.model = torch.compile(wrapped) if compile else wrapped
 
     def no_sync(self, last_micro_step: bool):
         """Skip the gradient all-reduce on every micro-step but the last."""
         if last_micro_step or self.info.world_size == 1:
             return contextlib.nullcontext()
-        if self.name == "ddp":
-            return self.wrapped.no_sync()
+        if self._ddp is not None:
+            return self._ddp.no_sync()
         if self.name == "fsdp":
-            return _fsdp_no_sync(self.wrapped)
+            return _fsdp_no_sync(self._module)
         return contextlib.nullcontext()
 
-    def parameters(self):
-        return self.module.parameters()
-
     def grad_norm_and_clip(self, max_norm: float | None) -> torch.Tensor:
-        params = [p for p in self.module.parameters() if p.grad is not None]
+        """The global grad norm, as a device tensor (reading it is a host sync: the loop does so only at log points)."""
+        params = [p for p in self._module.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else float("inf"))
         if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor norm over all shards
             norm = norm.full_tensor()
         return norm
 
-    # -- state -------------------------------------------------------------------
+    # -- checkpoint contents: model and optimizer (checkpointing.py writes the rest) ------
+    @property
+    def can_snapshot(self) -> bool:
+        """Whether ``state_dicts`` are plain tensors that rubin's own snapshot can stage (``checkpoint.async``).
+
+        FSDP's state is sharded DTensors that DCP writes collectively: its async save goes through
+        DCP's own staging and writer thread instead (``AsyncCheckpointer.save_sharded``).
+        """
+        return self.name != "fsdp"
+
+    def state_dicts(self, optimizer) -> dict:
+        """Model and optimizer state as references to the live tensors.
+
+        Single/DDP: full state dicts on rank 0, nothing on the others. FSDP: this rank's shards.
+        """
+        if self.name == "fsdp":
+            from torch.distributed.checkpoint.state_dict import get_state_dict
+
+            msd, osd = get_state_dict(self._module, optimizer)
+            return {"model": msd, "optim": osd}
+        if self.info.rank != 0:
+            return {}
+        return {"model": self._module.state_dict(), "optim": optimizer.state_dict()}
+
+    def save_state(self, optimizer, folder: Path, state: dict | None = None) -> None:
+        """Write model and optimizer into FOLDER: ``model.pt``/``optim.pt`` (rank 0), or FSDP's ``dcp/`` shards
+        (every rank: a collective). STATE is a snapshot of ``state_dicts`` taken earlier (async saves)."""
+        from rubin.train.checkpoint import save_file
+
+        state = self.state_dicts(optimizer) if state is None else state
+        if self.name == "fsdp":
+            import torch.distributed.checkpoint as dcp
+
+            dcp.save(state, storage_writer=dcp.FileSystemWriter(str(Path(folder) / "dcp"), sync_files=True))
+            return
+        for name in ("model", "optim"):
+            if name in state:
+                save_file(state[name], Path(folder) / f"{name}.pt")
+
+    def load_state(self, optimizer, folder: Path) -> None:
+        """Load model and optimizer from FOLDER, whichever strategy and world size wrote it."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+        from rubin.train.checkpoint import load_file
+
+        folder = Path(folder)
+        if (folder / "dcp").is_dir():
+            from rubin.train.checkpoint import dcp_reader
+
+            msd, osd = get_state_dict(self._module, optimizer)
+            state = {"model": msd, "optim": osd}
+            dcp_reader.load(state, folder / "dcp")  # restricted unpickling; DCP reshards to this world size
+            set_state_dict(self._module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        elif self.name == "fsdp":  # a full checkpoint from single/DDP into sharded parameters
+            set_state_dict(
+                self._module,
+                optimizer,
+                model_state_dict=load_file(folder / "model.pt"),
+                optim_state_dict=load_file(folder / "optim.pt"),
+                options=StateDictOptions(full_state_dict=True),
+            )
+        else:
+            self._module.load_state_dict(load_file(folder / "model.pt"))
+            optimizer.load_state_dict(load_file(folder / "optim.pt"))
+
     def full_state_dict(self) -> dict:
         """The full, unsharded model state (a collective under FSDP: call on every rank)."""
         if self.name == "fsdp":
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-            return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return self.module.state_dict()
+            return get_model_state_dict(self._module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return self._module.state_dict()
 
     def param_digest(self) -> str:
         """sha256 over every parameter (name, dtype, shape, bytes), full and unsharded, in state-dict order."""
         state = self.full_state_dict()
-        names = {n for n, _ in self.module.named_parameters()}
+        names = {n for n, _ in self._module.named_parameters()}
         h = hashlib.sha256()
         for key, t in state.items():
             if key not in names:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
+
+from rubin.train.outputs import Objective, cross_entropy, forward, logits_of, takes_targets
+
+__all__ = ["Objective", "evaluate", "loss_fn"]
 
 
-def loss_fn(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    if task == "lm":
-        return F.cross_entropy(output.float().reshape(-1, output.size(-1)), target.reshape(-1))
-    return F.cross_entropy(output.float(), target)
+def loss_fn(task: str, output, target: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of whatever ``forward`` returned (see ``rubin.train.outputs``)."""
+    return cross_entropy(task, logits_of(output), target)
 
 
 @torch.no_grad()
@@ -22,15 +24,15 @@ def evaluate(model, loader, task: str, device, precision, info) -> dict:
     total_loss = torch.zeros((), dtype=torch.float64)
     correct = torch.zeros((), dtype=torch.float64)
     count = torch.zeros((), dtype=torch.float64)
+    pass_targets = takes_targets(model)
     for x, y in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with precision.autocast():
-            out = model(x)
+            out = logits_of(forward(model, x, y, pass_targets))
+        loss = cross_entropy(task, out, y, reduction="sum")
         if task == "lm":
-            loss = F.cross_entropy(out.float().reshape(-1, out.size(-1)), y.reshape(-1), reduction="sum")
             n = y.numel()
         else:
-            loss = F.cross_entropy(out.float(), y, reduction="sum")
             correct += (out.argmax(-1) == y).sum().double().cpu()
             n = y.shape[0]
         total_loss += loss.double().cpu()

@@ -21,8 +21,11 @@ class Telemetry:
         self.tokens_per_sample = tokens_per_sample
         self.peak_flops = self._peak_flops(precision, cfg_allow_tf32=True)
         self.sampler = self._nvml_sampler() if cfg.telemetry.nvml else None
-        self.samples_per_s: list[float] = []
-        self.step_times: list[float] = []
+        # Per logged step, the last (samples/s, step time): a rollback re-logs the steps it re-does.
+        self.intervals: dict[int, tuple[float, float]] = {}
+        # Rows already logged per step by earlier attempts of this run (resumes): re-done steps are marked.
+        self.attempts = {"metrics": _logged_steps(run.metrics() if info.is_main else []),
+                         "eval": _logged_steps(run.evals() if info.is_main else [])}
         self.totals = {"data_s": 0.0, "compute_s": 0.0, "ckpt_s": 0.0, "step_s": 0.0}
         self._reset_interval()
 
@@ -79,6 +82,10 @@ class Telemetry:
             self._loss_sum = loss.detach() if self._loss_sum is None else self._loss_sum + loss.detach()
             self._loss_n += 1
 
+    def drop_losses(self) -> None:
+        """Forget the interval's losses: a rollback undid the steps they came from."""
+        self._loss_sum, self._loss_n = None, 0
+
     def _mean_loss(self) -> float | None:
         """Mean loss over the interval and over ranks (each rank saw its share of the global batch)."""
         if self._loss_sum is None:
@@ -102,6 +109,7 @@ class Telemetry:
         sps = self._samples / wall
         row = {
             "step": step,
+            "attempt": self._attempt("metrics", step),
             "epoch": round(epoch, 4),
             "loss": self._mean_loss(),
             "lr": lr,
@@ -123,8 +131,7 @@ class Telemetry:
             sample = self.sampler.sample()
             if sample:
                 row["nvml"] = sample
-        self.samples_per_s.append(sps)
-        self.step_times.append(wall / steps)
+        self.intervals[step] = (sps, wall / steps)
         for k, v in (("data_s", self._data), ("compute_s", compute), ("ckpt_s", self._ckpt), ("step_s", wall)):
             self.totals[k] += v
         for sink in self.sinks:
@@ -132,15 +139,24 @@ class Telemetry:
         self._reset_interval()
         return row
 
+    def _attempt(self, kind: str, step: int) -> int:
+        """1 the first time STEP is logged in this run; k when a resume or rollback re-does it (k-1 rows before)."""
+        counts = self.attempts[kind]
+        counts[step] = counts.get(step, 0) + 1
+        return counts[step]
+
     def log_eval(self, row: dict) -> None:
+        row = {"step": row["step"], "attempt": self._attempt("eval", row["step"]), **row}
         for sink in self.sinks:
             sink.eval(row)
 
     # -- end ---------------------------------------------------------------------------
     def summary(self) -> dict:
-        # The first interval includes warm-up (allocation, compile); drop it when there are others.
-        rates = self.samples_per_s[1:] or self.samples_per_s
-        times = self.step_times[1:] or self.step_times
+        # The last value per step (re-done steps count once); the first interval includes warm-up
+        # (allocation, compile): drop it when there are others. time_split stays the time spent.
+        logged = [v for _, v in sorted(self.intervals.items())]
+        rates = [r for r, _ in logged[1:] or logged]
+        times = [t for _, t in logged[1:] or logged]
         out = {
             "samples_per_s": statistics.median(rates) if rates else None,
             "step_time_s": {
@@ -161,6 +177,14 @@ class Telemetry:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+def _logged_steps(rows: list[dict]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for r in rows:
+        if isinstance(r.get("step"), int):
+            counts[r["step"]] = counts.get(r["step"], 0) + 1
+    return counts
 
 
 def _quantile(values: list[float], q: float) -> float:

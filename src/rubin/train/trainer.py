@@ -1,6 +1,11 @@
 """The training loop. It reads top to bottom; features hook in at named points.
 
     train(cfg) -> summary dict       (the library entry point; ``rubin train`` calls it)
+
+One step: ``_next_batches`` -> ``_train_step`` (forward and backward per micro-batch through
+``strategy.model``, clip, update; the step's loss and grad norm stay on the device) -> at a
+check point, ``_after_check``: ``faults.check`` reads the flags of the steps since the last
+check in one host sync -> NaN policy, preemption -> ``ckpt.maybe_save`` -> log -> eval.
 """
 
 from __future__ import annotations
@@ -11,17 +16,20 @@ import time
 
 import torch
 
-from rubin.errors import ExitCode, RubinError, UsageError
-from rubin.train import distributed, setup, state as st
+from rubin.errors import ExitCode, RubinError
+from rubin.train import build, distributed
+from rubin.train.blocks import find_blocks, missing_warning
+from rubin.train.checkpointing import Checkpointer, TrainState, reseed
 from rubin.train.console import Console
-from rubin.train.data import GlobalBatchSampler, eval_loader, plan_batches, train_loader
-from rubin.train.guard import FaultHooks
+from rubin.train.data import GlobalBatchSampler, eval_loader, plan_batches, shut_down_workers, train_loader
+from rubin.train.faults.hooks import FaultHooks, StepFlags
+from rubin.train.flops import obtain as obtain_flops
 from rubin.train.optim import build_optimizer, build_scheduler
 from rubin.train.precision import Precision
-from rubin.train.saver import Saver
-from rubin.train.sinks import build_sinks, require as require_sinks
+from rubin.train.sinks import build_sinks
+from rubin.train.sinks import require as require_sinks
 from rubin.train.strategy import Strategy, resolve
-from rubin.train.task import evaluate, loss_fn
+from rubin.train.task import Objective, evaluate
 from rubin.train.telemetry import Telemetry
 
 
@@ -31,31 +39,37 @@ class Preempted(RubinError):
 
 def train(cfg, *, force: bool = False, resume: bool = True, quiet: bool = False) -> dict:
     info = distributed.setup(cfg)
-    ok = False
+    ok, trainer = False, None
     try:
-        summary = Trainer(cfg, info, force=force, resume=resume, quiet=quiet).fit()
+        trainer = Trainer(cfg, info, force=force, resume=resume, quiet=quiet)
+        summary = trainer.fit()
         ok = True
         return summary
     except Preempted:
         ok = True  # every rank agreed to stop and saved: the group is healthy, tear down cleanly
         raise
+    except Exception as err:
+        from rubin.workloads import blame
+
+        blamed = blame(err)  # raised inside the user's factory, dataset or forward: their error, exit 2
+        if trainer is not None:
+            trainer.record_failure(blamed or err)
+        if blamed is not None:
+            raise blamed from err
+        raise
     finally:
+        if trainer is not None:  # on every exit path: live workers must never outlive the run or block the exit
+            shut_down_workers(getattr(trainer, "_iter", None), getattr(trainer, "loader", None), getattr(trainer, "eval_loader", None))
         if ok:
             distributed.teardown(info)
         else:
-            _abort(info)
-
-
-def _abort(info) -> None:
-    import torch.distributed as dist
-
-    if info.initialized and dist.is_initialized():
-        dist.destroy_process_group()
+            distributed.abort(info)
 
 
 class Trainer:
     def __init__(self, cfg, info, *, force: bool, resume: bool, quiet: bool):
         self.cfg, self.info, self.t_start = cfg, info, time.time()
+        self.run, self._held_warnings = None, []  # warnings before the run dir and console exist wait here
         torch.manual_seed(cfg.run.seed)  # same initial weights on every rank
         if cfg.run.deterministic:
             if info.device.type == "cuda":
@@ -63,97 +77,121 @@ class Trainer:
             torch.use_deterministic_algorithms(True)
         # -- bad input is found here, before the run dir is touched --
         self.plan = plan_batches(cfg.data.batch_size, cfg.data.micro_batch_size, info.world_size)
-        train_ds, eval_ds, self.data_info = setup.build_data(cfg, cache_dir=str(cfg.run_dir))
+        train_ds, eval_ds, self.data_info = build.build_data(cfg, cache_dir=str(cfg.run_dir))
         self.task = cfg.data.task or self.data_info.task
-        model = setup.build_model(cfg, self.data_info)
+        model = build.build_model(cfg, self.data_info)
+        found_blocks, self.blocks_how = find_blocks(model, cfg.distributed.blocks)  # a bad distributed.blocks stops here
         self.sampler = GlobalBatchSampler(len(train_ds), self.plan, info.rank, seed=cfg.run.seed)
-        self.total_steps = setup.total_steps(cfg, self.sampler.steps_per_epoch())
+        self.total_steps = build.total_steps(cfg, self.sampler.steps_per_epoch())
         require_sinks(cfg.telemetry.sinks)
-        self.run, resuming = self._prepare_run_dir(force, resume)
+        self.console = Console(enabled=info.is_main and not quiet, total_steps=self.total_steps)
+        self.completed = distributed.broadcast_object(info, build.completed_run(cfg, self.total_steps, resume=resume, force=force)
+                                                      if info.is_main else None)
+        if self.completed is not None:
+            return  # rerunning a finished run: nothing is touched
+        self.run, resuming = build.open_run_dir(cfg, info, force=force, resume=resume)
         # -- the run exists from here on --
-        from rubin import workloads
         from rubin.platform.fingerprint import fingerprint
 
         self.env = fingerprint(str(self.run.path)) if info.is_main else {}
         self.run.write_env(self.env)
         name = resolve(cfg.distributed.strategy, info.world_size)
+        self.flops = obtain_flops(model, self.data_info, train_ds, self.plan.micro_batch, self.task)  # before wrapping: meta copies
+        if self.flops.source == "unavailable":
+            self._warn(f"could not count the model's FLOPs ({self.flops.detail}): MFU is not reported; "
+                       "give the model a flops_per_sample attribute or method")
+        self.objective = Objective(self.task, self.data_info.vocab_size if self.task == "lm" else self.data_info.num_classes,
+                                   model, warn=self._warn)
         self.strategy = Strategy(
-            name, model, info, blocks=workloads.model_blocks(model),
+            name, model, info, blocks=self._blocks(found_blocks, name),
             compile=cfg.distributed.compile, act_ckpt=cfg.distributed.activation_checkpointing,
         )
-        self.optimizer = build_optimizer(self.strategy.module, cfg.optim)
-        self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)
-        self.precision = Precision(cfg.precision, info.device)
+        self.optimizer = build_optimizer(self.strategy.model, cfg.optim)
+        self.state = TrainState(self.strategy, self.optimizer, build_scheduler(self.optimizer, cfg.optim, self.total_steps),
+                                Precision(cfg.precision, info.device))
         self.loader = train_loader(train_ds, self.sampler, cfg.data, info.device, cfg.run.seed)
         eval_batch = cfg.data.eval_batch_size or self.plan.micro_batch
-        self.eval_loader = eval_loader(eval_ds, info.rank, info.world_size, eval_batch, cfg.data, info.device) if eval_ds is not None else None
-        self.saver = Saver(
-            cfg, info, self.run, strategy=self.strategy, optimizer=self.optimizer, scheduler=self.scheduler,
-            precision=self.precision, env=self.env, config_hash=cfg.hash(), barrier=lambda: distributed.barrier(info),
-        )
+        self.eval_loader = None if eval_ds is None else eval_loader(eval_ds, info.rank, info.world_size, eval_batch, cfg.data, info.device)
         self.telemetry = Telemetry(
             cfg, info, self.run, build_sinks(cfg.telemetry.sinks, self.run, cfg.model_dump(mode="json", by_alias=True)),
-            flops_per_sample=workloads.flops_per_sample(model, self.data_info),
+            flops_per_sample=self.flops.per_sample,
             tokens_per_sample=self.data_info.tokens_per_sample, precision=cfg.precision,
         )
-        self.faults = FaultHooks(cfg, info, self.run)
-        self.loop = st.LoopState()
-        st.reseed(cfg.run.seed, info.rank)
+        self.faults = FaultHooks(cfg, info, self.run, fp16=self.state.precision.scaler is not None)
+        if self.faults.spikes is not None:
+            self.state.extras["spikes"] = self.faults.spikes  # its running median survives a resume or rollback
+        self.ckpt = Checkpointer(cfg, info, self.run, self.state, env=self.env, barrier=lambda: distributed.barrier(info),
+                                 say=self.console.print, beat=lambda step: self.faults.beat(step, "checkpoint"))
+        reseed(cfg.run.seed, info.rank)
+        for message in self._held_warnings:
+            self.console.print(f"warning: {message}")
         if resuming:
-            self._resume()
-        self.console = Console(enabled=info.is_main and not quiet, total_steps=self.total_steps, start_step=self.loop.step)
+            self.ckpt.restore_latest(force=force)  # checkpoints that all fail to verify: refused unless --force
+        self.console.start_at(self.loop.step)
         self.last_loss: float | None = None
-        self._grace_checked = self.saver.check_grace(self.console.print) is not None  # from an earlier attempt's saves
 
-    def _prepare_run_dir(self, force, resume):
-        result = None
-        if self.info.is_main:
-            try:
-                run, resuming = setup.prepare_run_dir(self.cfg, 0, force=force, resume=resume)
-                result = ("ok", resuming)
-            except UsageError as err:
-                result = ("error", str(err))
-        result = distributed.broadcast_object(self.info, result)
-        if result[0] == "error":
-            raise UsageError(result[1])
-        from rubin.runs import RunDir
+    @property
+    def loop(self):
+        return self.state.loop  # a rollback replaces it
 
-        run = RunDir(self.cfg.run_dir, rank=self.info.rank)
-        return run, result[1]
+    def record_failure(self, err: BaseException) -> None:
+        """A run that fails mid-way still says so: summary.json with status failed, and an end event."""
+        try:
+            error = str(err) if isinstance(err, RubinError) else f"{type(err).__name__}: {err}"
+            self.run.write_summary({"status": "failed", "exit_reason": "error", "error": error.splitlines()[0] if error else "",
+                                    "steps": self.loop.step, "final_loss": self.last_loss, "world_size": self.info.world_size,
+                                    "run_dir": str(self.run.path), "wall_s": time.time() - self.t_start, **self.flops.as_dict()})
+            self.run.event("end", status="failed", step=self.loop.step, reason=error)
+        except Exception:  # noqa: BLE001 - reporting the failure must not hide it
+            pass
 
-    def _resume(self) -> None:
-        found = self.saver.latest()
-        if found is None:
-            return
-        step, path = found
-        self.loop = st.load(path, self.strategy, self.optimizer, self.scheduler, self.precision, self.info.rank, self.cfg.run.seed)
-        self.run.event("checkpoint_loaded", step=step, path=str(path))
-        self.run.event("resume", step=step, epoch=self.loop.epoch, sample_in_epoch=self.loop.sample_in_epoch)
+    def _warn(self, message: str) -> None:
+        """A warning is a ``warning`` event and one console line; never silent."""
+        if self.run is not None:
+            self.run.event("warning", message=message)
+        if getattr(self, "console", None) is None:
+            self._held_warnings.append(message)
+        else:
+            self.console.print(f"warning: {message}")
+
+    def _blocks(self, found: list, strategy: str) -> list:
+        if not found:
+            message = missing_warning(strategy, self.cfg.distributed.activation_checkpointing)
+            if message:
+                self._warn(message)
+        return found
 
     # ------------------------------------------------------------------------------------
     def fit(self) -> dict:
+        if self.completed is not None:
+            s = self.completed
+            self.console.print(f"run dir {s.get('run_dir') or str(self.cfg.run_dir)!r} is already complete at step {s.get('steps')}: "
+                               "nothing to do (use another run.dir, or --force to start over)")
+            self.console.summary(s, s.get("checkpoint"))
+            return s
         cfg, loop, info = self.cfg, self.loop, self.info
         self.run.event("start", step=loop.step, total_steps=self.total_steps, world_size=info.world_size,
                        strategy=self.strategy.name, precision=cfg.precision, device=str(info.device),
-                       restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+                       restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), blocks=self.blocks_how,
+                       **self.flops.as_dict())
         restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
         if restarts:
             self.run.event("restart", restart_count=restarts, step=loop.step)
-        self.faults.start()
+        self.faults.start(loop.step)
         self.console.print(
             f"rubin train: {cfg.model.import_ or cfg.model.name} on {cfg.data.import_ or cfg.data.name}, "
             f"{self.total_steps} steps, {self.strategy.name} x{info.world_size} on {info.device}, {cfg.precision}, "
             f"batch {self.plan.global_batch} = {info.world_size} ranks x {self.plan.accum_steps} x {self.plan.micro_batch}"
         )
-        self.strategy.forward_model.train()
+        self.strategy.model.train()
         status, reason = "completed", "reached max steps"
         try:
-            while self.loop.step < self.total_steps:  # self.loop: a rollback replaces it
+            while self.loop.step < self.total_steps:
                 batches = self._next_batches()
                 if batches is None:
                     continue
                 if self._train_step(batches) == "stop":
-                    status, reason = "preempted", f"signal {self.faults.signal_name}"
+                    status, reason = "preempted", self.faults.stop_reason
                     break
         finally:
             self.console.close()
@@ -181,54 +219,69 @@ class Trainer:
         return batches
 
     def _train_step(self, batches) -> str | None:
-        cfg, loop, info, strat, prec = self.cfg, self.loop, self.info, self.strategy, self.precision
+        cfg, loop, info, model, prec = self.cfg, self.loop, self.info, self.strategy.model, self.state.precision
         step = loop.step + 1
         self.faults.point("step", step)
         loss_sum = torch.zeros((), device=info.device)
         for m, (x, y) in enumerate(batches):
             x, y = x.to(info.device, non_blocking=True), y.to(info.device, non_blocking=True)
-            last = m == len(batches) - 1
             self.faults.point(f"micro-{m}", step)  # inside the accumulation window
-            with strat.no_sync(last):
+            with self.strategy.no_sync(m == len(batches) - 1):
                 self.faults.beat(step, "forward")
                 with prec.autocast():
-                    loss = loss_fn(self.task, strat.forward_model(x), y) / len(batches)
+                    loss = self.objective(model, x, y) / len(batches)
                 loss = self.faults.corrupt_loss(loss, step)
                 self.faults.beat(step, "backward")
                 prec.backward(loss)
             loss_sum += loss.detach()
         self.faults.beat(step, "optimizer")
         prec.unscale(self.optimizer)
-        grad_norm = strat.grad_norm_and_clip(cfg.optim.grad_clip)
-        self.faults.beat(step, "collective")
-        bad, stop, minutes_due = self.faults.agree(loss_sum, grad_norm, prec.scaler is not None, self.saver.minutes_due())
-        if bad:
-            action = self.faults.on_nonfinite(step, loss_sum, grad_norm, loop, have_checkpoint=bool(self.saver.store.committed()))
-            self.optimizer.zero_grad(set_to_none=True)
-            if action == "rollback":
-                self._rollback(step)
-                return None
+        grad_norm = self.strategy.grad_norm_and_clip(cfg.optim.grad_clip)
+        self.faults.record(step, [loop.epoch, loop.sample_in_epoch], loss_sum, grad_norm)
+        skipped = False
+        if self.faults.check_before_update:  # nan_policy=skip must know before the update: one host sync per step
+            flags = self.faults.check(step, self.ckpt.minutes_due())
+            skipped = flags.bad_step is not None and self.faults.on_nonfinite(flags, loop, have_checkpoint=True) == "skip"
+            checked = flags
+        else:
+            checked = None
+        if skipped:
             loop.nan_skips += 1
         else:
             prec.step(self.optimizer)
-            self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.scheduler.step()
         loop.step, loop.sample_in_epoch = step, loop.sample_in_epoch + self.plan.global_batch
         loop.samples_seen += self.plan.global_batch
         loop.tokens_seen += self.plan.global_batch * self.data_info.tokens_per_sample
-        self.telemetry.on_step(step, self.plan.global_batch, None if bad else loss_sum)
-        if stop:
-            self._save(emergency=True)
-        elif self.saver.due(step) or minutes_due:
-            self._save()
-        if self.telemetry.due(step) or step == self.total_steps or stop:
-            row = self.telemetry.log(step, lr=self.scheduler.get_last_lr()[0], grad_norm=float(grad_norm), epoch=self._epoch_float())
+        self.telemetry.on_step(step, self.plan.global_batch, None if skipped else loss_sum)
+        log_due = self.telemetry.due(step) or step == self.total_steps
+        eval_due = bool(cfg.run.eval_every_steps and step % cfg.run.eval_every_steps == 0 and step != self.total_steps)
+        if checked is None and (log_due or eval_due or self.ckpt.due(step) or self.faults.check_due(step)):
+            checked = self.faults.check(step, self.ckpt.minutes_due())
+        result = None if checked is None else self._after_check(step, checked, grad_norm, log_due, eval_due)
+        self.console.step(step)
+        return result
+
+    def _after_check(self, step: int, flags: StepFlags, grad_norm, log_due: bool, eval_due: bool) -> str | None:
+        """The flags of every step up to STEP are read: NaN policy, then save, log and eval."""
+        if flags.bad_step is not None and not self.faults.check_before_update:
+            # rollback or halt: no checkpoint was saved since the bad step, since every save is checked first
+            self.faults.on_nonfinite(flags, self.loop, have_checkpoint=self.ckpt.has_checkpoint())
+            self._rollback(flags)
+            return None
+        if flags.stop:  # from the moment the emergency save commits, exit 75 whatever signal comes next
+            self.faults.preempt.settle_when(lambda: self.ckpt.committed(step))
+        self.telemetry.add_ckpt_time(self.ckpt.maybe_save(step, force=flags.save, emergency=flags.stop))
+        if flags.stop:
+            self.faults.preempt.settle()
+        if log_due or flags.stop:
+            row = self.telemetry.log(step, lr=self.state.scheduler.get_last_lr()[0], grad_norm=float(grad_norm), epoch=self._epoch_float())
             self.last_loss = row["loss"]
             self.console.logged(row)
-        self.console.step(step)
-        if stop:
+        if flags.stop:
             return "stop"
-        if cfg.run.eval_every_steps and step % cfg.run.eval_every_steps == 0 and step != self.total_steps:
+        if eval_due:
             self._evaluate(step)
         return None
 
@@ -236,29 +289,16 @@ class Trainer:
         per_epoch = self.sampler.steps_per_epoch() * self.plan.global_batch
         return self.loop.epoch + self.loop.sample_in_epoch / max(1, per_epoch)
 
-    def _save(self, *, emergency: bool = False) -> None:
-        self.faults.beat(self.loop.step, "checkpoint")
-        self.loop.train_seconds += time.time() - self.t_start
-        stall = self.saver.save(self.loop, blocking=emergency)
-        self.loop.train_seconds -= time.time() - self.t_start  # counted in the summary's wall time instead
-        self.telemetry.add_ckpt_time(stall)
-        if self.saver.last_save_s is not None and not self._grace_checked:
-            self._grace_checked = True
-            self.saver.check_grace(self.console.print)
-
-    def _rollback(self, bad_step: int) -> None:
-        loop = self.loop
-        window = [loop.epoch, loop.sample_in_epoch]
-        self.saver.finish()  # an async save in flight must land before we choose what to load
-        found = self.saver.latest()
-        if found is None:
-            raise RubinError(f"nan_policy=rollback at step {bad_step}, but no committed checkpoint exists to roll back to; "
+    def _rollback(self, flags: StepFlags) -> None:
+        skips, rollbacks = self.loop.data_skips + [flags.position], self.loop.rollbacks + 1
+        to_step = self.ckpt.restore_latest(announce=False)
+        if to_step is None:
+            raise RubinError(f"nan_policy=rollback at step {flags.bad_step}, but no committed checkpoint exists to roll back to; "
                              "set checkpoint.every_steps or use nan_policy=skip")
-        ckpt_step, path = found
-        skips, rollbacks = loop.data_skips + [window], loop.rollbacks + 1
-        self.loop = st.load(path, self.strategy, self.optimizer, self.scheduler, self.precision, self.info.rank, self.cfg.run.seed)
         self.loop.data_skips, self.loop.rollbacks = skips, rollbacks
-        self.run.event("rollback", step=bad_step, to_step=ckpt_step, skipped_window=window, rollbacks=rollbacks)
+        self.run.event("rollback", step=flags.bad_step, to_step=to_step, skipped_window=flags.position, rollbacks=rollbacks)
+        self.telemetry.drop_losses()  # the interval's losses include the steps being undone
+        self.faults.rewind(self.loop.step)
         self.sampler.set_epoch(self.loop.epoch, self.loop.sample_in_epoch)
         self._iter = iter(self.loader)
 
@@ -267,7 +307,7 @@ class Trainer:
             return None
         self.faults.beat(step, "eval")
         t0 = time.perf_counter()
-        result = evaluate(self.strategy.forward_model, self.eval_loader, self.task, self.info.device, self.precision, self.info)
+        result = evaluate(self.strategy.model, self.eval_loader, self.task, self.info.device, self.state.precision, self.info)
         self.telemetry.exclude_time(time.perf_counter() - t0)
         row = {"step": step, **result}
         self.telemetry.log_eval(row)
@@ -278,14 +318,14 @@ class Trainer:
     def _finish(self, status: str, reason: str) -> dict:
         loop = self.loop
         eval_row = None if status == "preempted" else self._evaluate(loop.step)
-        if status == "completed" and self.cfg.checkpoint.save_final and self.saver.last_step != loop.step:
-            self._save()
-        self.saver.finish()
+        if status == "completed" and self.cfg.checkpoint.save_final:
+            self.telemetry.add_ckpt_time(self.ckpt.maybe_save(loop.step, force=True))
+        self.ckpt.wait()
         self.faults.stop()
         digest = self.strategy.param_digest()
         wall = time.time() - self.t_start
         tele = self.telemetry.summary()
-        latest = self.saver.latest() if self.info.is_main else None
+        latest = self.ckpt.latest() if self.info.is_main else None
         summary = {
             "status": status,
             "exit_reason": reason,
@@ -303,13 +343,17 @@ class Trainer:
             "tokens_seen": loop.tokens_seen,
             "nan_skips": loop.nan_skips,
             "rollbacks": loop.rollbacks,
-            "fp16_overflow_skips": self.precision.skipped_steps,
+            "fp16_overflow_skips": self.state.precision.skipped_steps,
             "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
             "run_dir": str(self.run.path),
             "checkpoint": str(latest[1]) if latest else None,
+            **self.flops.as_dict(),
         }
         self.run.write_summary(summary)
-        self.run.event("preempted" if status == "preempted" else "end", status=status, step=loop.step, reason=reason)
+        if status == "preempted":
+            self.run.event("preempted", status=status, step=loop.step, reason=reason, reaction_s=self.faults.reaction_s)
+        else:
+            self.run.event("end", status=status, step=loop.step, reason=reason)
         self.telemetry.close()
         self.console.summary(summary, summary["checkpoint"])
         self.run.close()

@@ -7,9 +7,9 @@
   blocks to shard and checkpoint one by one.
 """
 
-from rubin.workloads.imports import import_object
+from rubin.workloads.imports import blame, call_user, import_object
 from rubin.workloads.info import DataInfo, info_from_dataset
 from rubin.workloads.registry import DATASETS, MODELS, build_data, build_model, flops_per_sample, model_blocks
 
-__all__ = ["DATASETS", "MODELS", "DataInfo", "build_data", "build_model", "flops_per_sample", "import_object",
+__all__ = ["DATASETS", "MODELS", "DataInfo", "blame", "build_data", "build_model", "call_user", "flops_per_sample", "import_object",
            "info_from_dataset", "model_blocks"]

@@ -52,8 +52,12 @@ def info_from_dataset(dataset, task: Optional[str] = None, num_classes: Optional
 
     if len(dataset) == 0:
         raise UsageError("data.import returned an empty training dataset; it needs at least one sample")
-    x, y = dataset[0]
-    x, y = torch.as_tensor(x), torch.as_tensor(y)
+    x, y = _pair(dataset[0])
+    try:
+        x, y = torch.as_tensor(x), torch.as_tensor(y)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise UsageError(f"data.import: item 0 of the training dataset is ({type(x).__name__}, {type(y).__name__}), which "
+                         f"do not convert to tensors ({err}); return (input, target) as tensors or numbers") from None
     if task is None:
         # A target with the input's shape and integer tokens is next-token data.
         task = "lm" if (y.dim() == 1 and x.shape == y.shape and not x.is_floating_point()) else "classification"
@@ -73,3 +77,15 @@ def info_from_dataset(dataset, task: Optional[str] = None, num_classes: Optional
                              "without reading it all; set data.num_classes=N")
         n = 1 + max(int(torch.as_tensor(dataset[i][1]).max()) for i in range(len(dataset)))
     return DataInfo.classification(tuple(x.shape), int(n))
+
+
+def _pair(item):
+    """The (input, target) of one dataset item; any other shape is a one-line error naming what came back."""
+    if isinstance(item, dict):
+        raise UsageError(f"data.import: item 0 of the training dataset is a dict with keys {sorted(map(str, item))[:6]}; "
+                         "each item must be an (input, target) pair: return (x, y) from __getitem__")
+    if not isinstance(item, (tuple, list)) or len(item) != 2:
+        what = f"a {type(item).__name__} of {len(item)}" if isinstance(item, (tuple, list)) else f"a {type(item).__name__}"
+        raise UsageError(f"data.import: item 0 of the training dataset is {what}; each item must be an (input, target) "
+                         "pair: return (x, y) from __getitem__")
+    return item

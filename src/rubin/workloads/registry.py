@@ -81,23 +81,10 @@ def flops_per_sample(model, info: Optional[DataInfo] = None) -> Optional[float]:
 
 
 def model_blocks(model) -> list:
-    """The repeated blocks to wrap one by one (FSDP2 fully_shard, activation checkpointing).
+    """The repeated blocks to wrap one by one; the rules live in ``rubin.train.blocks``."""
+    from rubin.train.blocks import model_blocks as find
 
-    Reference models and user models may define ``model_blocks()``; otherwise a ``blocks``,
-    ``layers`` or ``h`` ModuleList (the common transformer spellings) is used; else [].
-    """
-    from torch import nn
-
-    method = getattr(_owner(model, "model_blocks"), "model_blocks", None)
-    if callable(method):
-        return list(method())
-    model = _chain(model)[-1]
-    for attr in ("blocks", "layers", "h"):
-        for owner in (model, getattr(model, "transformer", None), getattr(model, "model", None)):
-            found = getattr(owner, attr, None) if owner is not None else None
-            if isinstance(found, nn.ModuleList) and len(found):
-                return list(found)
-    return []
+    return find(model)
 
 
 def _chain(model) -> list:

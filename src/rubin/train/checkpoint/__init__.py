@@ -1,6 +1,6 @@
 """Checkpoint storage: commit protocol, manifests, verification, retention, safe loading, async saves.
 
-``rubin.train.state`` decides what goes into a checkpoint; this package decides how it reaches
+``rubin.train.checkpointing`` (with ``Strategy.save_state``) decides what goes into a checkpoint; this package decides how it reaches
 the disk so that a crash, a full disk or a flipped byte never makes resume use a bad one.
 """
 

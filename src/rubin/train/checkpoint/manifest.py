@@ -4,11 +4,17 @@ A step folder counts only when COMMITTED exists, records the sha256 of MANIFEST.
 every file the manifest lists is there with its recorded size and sha256. The manifest walks
 the folder recursively, so DCP shard folders (``dcp/__0_0.distcp``, ``dcp/.metadata``) are
 covered the same way as single files.
+
+The sha256 sums catch damage, not tampering (whoever can edit a file can recompute them). So a
+folder also counts only if its pickles are plain data (``.pt`` under ``weights_only``, DCP metadata
+through ``dcp_reader``) and, when ``$RUBIN_CHECKPOINT_KEY`` is set, if COMMITTED carries the HMAC of
+the manifest under that key.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import time
@@ -20,6 +26,7 @@ MANIFEST = "MANIFEST.json"
 COMMITTED = "COMMITTED"
 DONE_PREFIX = ".done-rank-"  # async commit coordination markers; never part of a checkpoint
 FORMAT_VERSION = 1
+KEY_ENV = "RUBIN_CHECKPOINT_KEY"
 
 
 def payload_files(folder: Path) -> list[str]:
@@ -75,39 +82,111 @@ def write(folder: Path, manifest: dict) -> str:
 
 
 def write_marker(folder: Path, step: int, manifest_sha256: str) -> None:
-    data = json.dumps({"step": int(step), "manifest_sha256": manifest_sha256, "time": time.time()}).encode()
+    marker = {"step": int(step), "manifest_sha256": manifest_sha256, "time": time.time()}
+    key = signing_key()
+    if key is not None:
+        marker["hmac_sha256"] = _sign(key, (folder / MANIFEST).read_bytes())
+    data = json.dumps(marker).encode()
     write_durable(folder / COMMITTED, data + b"\n")
     fsync_dir(folder)
 
 
+def _pickle_problems(folder: Path, files: dict) -> list[str]:
+    """Each ``.pt`` file parses under ``weights_only`` (memory-mapped: tensor bytes are not read).
+
+    The hashes only say the files are the ones committed; this says that loading them cannot run
+    code, so ``checkpoint verify`` and resume agree on which checkpoints are usable.
+    """
+    import pickle
+
+    import torch
+
+    problems = []
+    for rel in sorted(files):
+        if not rel.endswith(".pt") or "/" in rel:
+            continue
+        try:
+            try:
+                torch.load(folder / rel, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as err:
+                if "mmap" not in str(err):
+                    raise
+                torch.load(folder / rel, map_location="cpu", weights_only=True)  # not a zip file: read it whole
+        except pickle.UnpicklingError as err:
+            from rubin.train.checkpoint.files import _refusal_reason
+
+            problems.append(f"{rel}: holds a pickled object that is not plain data ({_refusal_reason(err)}): refusing to load it")
+        except Exception as err:  # noqa: BLE001 - unreadable means invalid, never a crash
+            problems.append(f"{rel}: unreadable ({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''})")
+    return problems
+
+
+def signing_key() -> bytes | None:
+    """The key in ``$RUBIN_CHECKPOINT_KEY`` (kept outside the run dir), or None: checkpoints are then unsigned."""
+    key = os.environ.get(KEY_ENV, "")
+    return key.encode() if key else None
+
+
+def _sign(key: bytes, manifest: bytes) -> str:
+    return hmac.new(key, manifest, hashlib.sha256).hexdigest()
+
+
+def signature_problems(marker, manifest: bytes) -> list[str]:
+    """With a key set, a checkpoint counts only if COMMITTED carries the HMAC of its manifest under that key.
+
+    Anyone who can write the folder can recompute a plain sha256, but not an HMAC without the key.
+    """
+    key = signing_key()
+    if key is None:
+        return []
+    sig = marker.get("hmac_sha256") if isinstance(marker, dict) else None
+    if not isinstance(sig, str):
+        return [f"not signed, and {KEY_ENV} is set: this job only trusts checkpoints it signed"]
+    if not hmac.compare_digest(sig, _sign(key, manifest)):
+        return [f"signature does not match under {KEY_ENV} (tampered with, or signed with another key)"]
+    return []
+
+
 def read(folder: Path) -> dict | None:
     try:
-        with open(Path(folder) / MANIFEST) as f:
-            return json.load(f)
+        with open(Path(folder) / MANIFEST, "rb") as f:
+            data = json.load(f)
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def verify(folder: Path, *, hashes: bool = True) -> list[str]:
-    """Problems that stop FOLDER from counting as a checkpoint; [] when it verifies."""
-    folder = Path(folder)
+    """Problems that stop FOLDER from counting as a checkpoint; [] when it verifies.
+
+    Any error while reading (permissions, I/O, garbage) is a problem in the list, never an
+    exception: a checkpoint that cannot be read is invalid and resume falls back past it.
+    """
+    try:
+        return _verify(Path(folder), hashes)
+    except OSError as err:
+        return [f"unreadable: {err.strerror or err}{f' ({err.filename})' if err.filename else ''}"]
+
+
+def _verify(folder: Path, hashes: bool) -> list[str]:
     if not folder.is_dir():
         return [f"{folder} is not a directory"]
     problems: list[str] = []
-    marker = folder / COMMITTED
-    recorded = None
-    if not marker.is_file():
+    recorded, marker = None, None
+    try:
+        marker = json.loads((folder / COMMITTED).read_bytes())
+        recorded = marker.get("manifest_sha256") if isinstance(marker, dict) else None
+        if not isinstance(recorded, str):
+            problems.append("COMMITTED marker is not valid")
+    except FileNotFoundError:
         problems.append("COMMITTED marker missing: the save never finished")
-    else:
-        try:
-            recorded = json.loads(marker.read_text()).get("manifest_sha256")
-        except (OSError, ValueError, AttributeError):
-            problems.append("COMMITTED marker is unreadable")
-    mpath = folder / MANIFEST
-    if not mpath.is_file():
+    except (OSError, ValueError) as err:
+        problems.append(f"COMMITTED marker is unreadable ({getattr(err, 'strerror', None) or type(err).__name__})")
+    try:
+        raw = (folder / MANIFEST).read_bytes()
+    except FileNotFoundError:
         problems.append("MANIFEST.json missing")
         return problems
-    raw = mpath.read_bytes()
     if recorded and hashlib.sha256(raw).hexdigest() != recorded:
         problems.append("MANIFEST.json does not match the hash recorded in COMMITTED (edited or corrupted)")
     try:
@@ -128,4 +207,14 @@ def verify(folder: Path, *, hashes: bool = True) -> list[str]:
             continue
         if hashes and sha256_file(p)[0] != info.get("sha256"):
             problems.append(f"{rel}: sha256 differs from the manifest (corrupted)")
+    extra = [rel for rel in payload_files(folder) if rel not in files]
+    if extra:
+        problems.append(f"files not in the manifest: {', '.join(extra[:5])} (added after the commit)")
+    if (folder / "dcp").is_dir():  # the pickles a resume would read must be plain data (see dcp_reader)
+        from rubin.train.checkpoint import dcp_reader
+
+        problems += dcp_reader.check(folder / "dcp")
+    if hashes:
+        problems += _pickle_problems(folder, files)
+    problems += signature_problems(marker, raw)
     return problems

@@ -12,6 +12,11 @@ The commit protocol (one folder per step under ``root``):
 The tmp name is deterministic rather than random so that every rank can find it without a
 broadcast; a stale one can only come from a dead process, and rank 0 removes it before anyone
 writes (the begin barrier orders that).
+
+Reading back (``restore``): newest first, a folder counts only if it verifies (``manifest.verify``:
+marker, hashes, optional HMAC, and no pickle that is not plain data) and then loads; anything that
+goes wrong on the way means "invalid, fall back", with an event and a line each. Skipped folders go
+to ``quarantine/`` as evidence, and a resume over checkpoints that are all bad is refused.
 """
 
 from __future__ import annotations
@@ -21,15 +26,27 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
-from rubin.errors import RubinError, bad_value
+from rubin.errors import ExitCode, RubinError, bad_value
 from rubin.train.checkpoint import manifest as mf
 from rubin.train.checkpoint.files import disk_full_error, fsync_dir, is_disk_full
 
 STEP_RE = re.compile(r"^step-(\d{8,})$")
 TMP_PREFIX = ".tmp-step-"
 TRASH_PREFIX = ".trash-"
+QUARANTINE = "quarantine"  # invalid step folders moved out of resume's way, never deleted
+
+
+class Skipped(NamedTuple):
+    step: int
+    path: Path
+    reason: str
+
+
+def _short(problems: list[str], limit: int = 2) -> str:
+    more = f" (+{len(problems) - limit} more)" if len(problems) > limit else ""
+    return "; ".join(problems[:limit]) + more
 
 
 def _noop_event(kind: str, details: dict) -> None:
@@ -221,20 +238,89 @@ class CheckpointStore:
                 out.append((int(m.group(1)), p))
         return sorted(out)
 
+    def is_committed(self, step: int) -> bool:
+        try:
+            return (self.step_dir(step) / mf.COMMITTED).is_file()
+        except OSError:
+            return False
+
     def committed(self) -> list[tuple[int, Path]]:
         return [(s, p) for s, p in self._step_dirs() if (p / mf.COMMITTED).is_file()]
 
     def verify(self, path: Path) -> list[str]:
         return mf.verify(Path(path))
 
-    def latest_valid(self) -> tuple[int, Path] | None:
-        """The newest step folder that is committed and verifies; every newer bad one is reported."""
+    def scan(self) -> tuple[tuple[int, Path] | None, list[Skipped]]:
+        """(newest step folder that verifies or None, every newer one that does not, with its reason)."""
+        skipped: list[Skipped] = []
         for step, path in reversed(self._step_dirs()):
             problems = mf.verify(path)
             if not problems:
-                return step, path
-            self.on_event("checkpoint_invalid", {"step": step, "path": str(path), "reason": "; ".join(problems)})
-        return None
+                return (step, path), skipped
+            skipped.append(self._invalid(step, path, "; ".join(problems)))
+        return None, skipped
+
+    def latest_valid(self) -> tuple[int, Path] | None:
+        """The newest step folder that is committed and verifies; every newer bad one is reported as an event."""
+        return self.scan()[0]
+
+    def _invalid(self, step: int, path: Path, reason: str) -> Skipped:
+        self.on_event("checkpoint_invalid", {"step": step, "path": str(path), "reason": reason})
+        return Skipped(step, path, reason)
+
+    def restore(self, load: Callable[[Path], object], *, force: bool = False, say: Callable[[str], None] = print):
+        """Load the newest checkpoint that verifies and loads; ``(step, path, load(path))`` or None for a fresh start.
+
+        Every checkpoint skipped on the way gets an event and one line through SAY. Anything that goes
+        wrong while reading one (an unreadable file, a refused pickle, garbage) means "invalid, fall
+        back", never a crash. Skipped folders are moved aside to ``quarantine/`` (rank 0) so that a
+        later save of the same step never overwrites the evidence. When checkpoints exist but none
+        is usable, starting from scratch would silently throw the run away: that is refused unless
+        FORCE, and then the bad ones are moved aside too.
+        """
+        skipped: list[Skipped] = []
+        found = None
+        for step, path in reversed(self._step_dirs()):
+            problems = mf.verify(path)
+            if not problems:
+                try:
+                    found = (step, path, load(path))
+                    break
+                except Exception as err:  # noqa: BLE001 - any failure to read a checkpoint means: fall back past it
+                    problems = [str(err).splitlines()[0] if str(err) else type(err).__name__]
+            skipped.append(self._invalid(step, path, "; ".join(problems)))
+            say(f"checkpoint step {step} is invalid, skipped: {_short(problems)}")
+        if found is None and skipped and not force:
+            raise RubinError(
+                f"{len(skipped)} checkpoint(s) in {self.root} exist but none verifies (newest: step {skipped[0].step}): "
+                "refusing to start from scratch over them; run `rubin checkpoint verify` on the run dir, "
+                "or rerun with --force to move them aside and start from step 0",
+                ExitCode.USAGE,
+            )
+        for bad in skipped:
+            aside = self.quarantine(bad.path)
+            if aside is not None:
+                say(f"checkpoint step {bad.step} moved aside to {aside}")
+        return found
+
+    def quarantine(self, path: Path) -> Path | None:
+        """Move a bad step folder to ``quarantine/`` (rank 0): out of resume's way, kept as evidence."""
+        if self.rank != 0 or not Path(path).exists():
+            return None
+        dest_dir = self.root / QUARANTINE
+        dest_dir.mkdir(exist_ok=True)
+        dest = dest_dir / Path(path).name
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = dest_dir / f"{Path(path).name}-{n}"
+        try:
+            os.rename(path, dest)
+        except OSError as err:
+            self.on_event("warning", {"message": f"could not move the invalid checkpoint {path} aside: {err.strerror or err}"})
+            return None
+        self.on_event("checkpoint_quarantined", {"path": str(path), "moved_to": str(dest)})
+        return dest
 
     # -- retention ---------------------------------------------------------------------
     def retained(self, steps: list[int]) -> set[int]:

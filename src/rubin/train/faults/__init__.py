@@ -1,13 +1,13 @@
 """Fault-tolerance primitives: preemption, heartbeat and watchdog, NaN/spike decisions, injection.
 
-``rubin.train.guard`` wires these to the loop at named points.
+``rubin.train.faults.hooks`` wires these to the loop at named points.
 """
 
 from rubin.train.faults import inject
 from rubin.train.faults.heartbeat import PHASES, Heartbeat
 from rubin.train.faults.inject import fault_point
-from rubin.train.faults.numerics import NAN_POLICIES, NanDecision, NanGuard, SpikeDetector, is_nonfinite
-from rubin.train.faults.preemption import DEFAULT_SIGNALS, PreemptionHandler, all_reduce_max_fn, worker_init
+from rubin.train.faults.numerics import NAN_POLICIES, NanDecision, NanGuard, SpikeDetector
+from rubin.train.faults.preemption import DEFAULT_SIGNALS, PreemptionHandler, worker_init
 from rubin.train.faults.watchdog import Watchdog, stalled_ranks
 
 __all__ = [
@@ -20,10 +20,8 @@ __all__ = [
     "PreemptionHandler",
     "SpikeDetector",
     "Watchdog",
-    "all_reduce_max_fn",
     "fault_point",
     "inject",
-    "is_nonfinite",
     "stalled_ranks",
     "worker_init",
 ]

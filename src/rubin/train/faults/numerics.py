@@ -1,8 +1,8 @@
-"""NaN and loss-spike decisions, taken identically on every rank.
+"""NaN and loss-spike decisions: what a non-finite step leads to, and what counts as a spike.
 
-``is_nonfinite`` all-reduces the local verdict, so one rank seeing a NaN makes every rank skip
-(or roll back) the same step; otherwise one rank would step while another did not, and the
-replicas would silently diverge.
+The verdicts themselves are agreed across ranks by ``FaultHooks.check`` (``faults/hooks.py``),
+so one rank seeing a NaN makes every rank skip (or roll back) the same step; otherwise one rank
+would step while another did not, and the replicas would silently diverge.
 """
 
 from __future__ import annotations
@@ -11,26 +11,10 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from statistics import median
-from typing import Callable
 
 from rubin.errors import RubinError, bad_value
 
 NAN_POLICIES = ("halt", "skip", "rollback")
-
-
-def _finite(x) -> bool:
-    if x is None:
-        return True
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
-
-
-def is_nonfinite(loss, grad_norm=None, all_reduce_max: Callable[[int], int] | None = None) -> bool:
-    """True on every rank when any rank has a non-finite loss or gradient norm."""
-    bad = int(not (_finite(loss) and _finite(grad_norm)))
-    return bool(all_reduce_max(bad)) if all_reduce_max is not None else bool(bad)
 
 
 @dataclass(frozen=True)

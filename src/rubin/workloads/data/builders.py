@@ -24,7 +24,8 @@ def _eval_count(num_samples: int, eval_samples: Optional[int]) -> int:
 
 def build_synthetic_images(path, *, seed: int, cache_dir=None, num_samples: int = 4096,
                            eval_samples: Optional[int] = None, image_size: int = 32, channels: int = 3,
-                           num_classes: int = 10, noise: float = 1.0):
+                           num_classes: int = 10, noise: float = 1.0, augment: bool = False):
+    from rubin.workloads.data.augment import RandomShiftNoise, check_augment
     from rubin.workloads.data.synthetic import SyntheticImages
 
     for name, v in (("num_samples", num_samples), ("image_size", image_size), ("channels", channels),
@@ -34,6 +35,8 @@ def build_synthetic_images(path, *, seed: int, cache_dir=None, num_samples: int 
     n_eval = _eval_count(num_samples, eval_samples)
     train = SyntheticImages(num_samples, shape, num_classes, seed, stream=0, noise=noise)
     held = SyntheticImages(n_eval, shape, num_classes, seed, stream=1, noise=noise) if n_eval else None
+    if check_augment(f"{F}.augment", augment):
+        train = RandomShiftNoise(train, shift=max(1, image_size // 8))
     return train, held, DataInfo.classification(shape, num_classes)
 
 
@@ -63,11 +66,16 @@ def build_synthetic_tokens(path, *, seed: int, cache_dir=None, num_samples: int 
     return train, held, DataInfo.lm(seq_len, vocab_size)
 
 
-def build_digits(path, *, seed: int, cache_dir=None, eval_fraction: float = 0.2, split_seed: int = 0):
+def build_digits(path, *, seed: int, cache_dir=None, eval_fraction: float = 0.2, split_seed: int = 0,
+                 label_noise: float = 0.0, augment: bool = False):
+    from rubin.workloads.data.augment import RandomShiftNoise, check_augment
     from rubin.workloads.data.digits import load_digits_split
 
     fraction(f"{F}.eval_fraction", eval_fraction)
-    train, held = load_digits_split(eval_fraction, split_seed)
+    fraction(f"{F}.label_noise", label_noise)
+    train, held = load_digits_split(eval_fraction, split_seed, label_noise)
+    if check_augment(f"{F}.augment", augment):  # a 1-pixel shift and pixel noise, drawn in the loader's workers
+        train = RandomShiftNoise(train, shift=1)
     return train, held, DataInfo.classification((1, 8, 8), 10)
 
 

@@ -28,8 +28,12 @@ def read_digits() -> tuple[np.ndarray, np.ndarray]:
     return bunch.images, bunch.target.astype(np.int64)
 
 
-def load_digits_split(eval_fraction: float, split_seed: int):
-    """(train, eval) ArrayDatasets of (1, 8, 8) float images, standardized with train statistics."""
+def load_digits_split(eval_fraction: float, split_seed: int, label_noise: float = 0.0):
+    """(train, eval) ArrayDatasets of (1, 8, 8) float images, standardized with train statistics.
+
+    ``label_noise`` shuffles the labels of that share of the TRAIN samples among themselves (the eval
+    set stays clean): a simulated data-pipeline bug, used to measure what ``rubin verify`` catches.
+    """
     images, labels = read_digits()
     images = images.astype(np.float32) / 16.0
     if eval_fraction > 0:
@@ -38,6 +42,11 @@ def load_digits_split(eval_fraction: float, split_seed: int):
         train_idx, eval_idx = np.arange(len(labels)), np.arange(0)
     mean, std = images[train_idx].mean(), images[train_idx].std()
     x = torch.from_numpy((images - mean) / std).unsqueeze(1).contiguous()
+    if label_noise > 0:
+        labels = labels.copy()
+        rng = np.random.default_rng([split_seed, 0x1AB])
+        picked = rng.choice(train_idx, size=int(round(label_noise * len(train_idx))), replace=False)
+        labels[picked] = labels[rng.permutation(picked)]
     y = torch.from_numpy(labels)
     classes = [str(c) for c in range(10)]
     train = ArrayDataset(x[train_idx], y[train_idx], classes)

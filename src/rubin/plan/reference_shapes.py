@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import inspect
 
-from rubin.errors import UsageError, did_you_mean
-from rubin.plan import model as shapes
+from rubin.errors import bad_choice
+from rubin.plan import shapes
 
 WORKLOADS = ("gpt", "vit", "resnet18", "resnet50", "mlp")
 ALIASES = {"resnet": "resnet18"}
@@ -22,35 +22,42 @@ def _defaults(cls) -> dict:
             if p.default is not inspect.Parameter.empty}
 
 
-def _saved_bytes_per_sample(module, x) -> float:
-    """Bytes autograd keeps for backward per sample, at 16 bit (floats halved from fp32).
+def _saved_bytes_per_sample(module, x) -> dict:
+    """Bytes autograd keeps for backward per sample, in each precision regime, measured.
 
     Counted once per storage, the way the allocator sees them, on a real CPU forward of batch 2
-    (batch norm refuses a batch of 1), halved.
+    (batch norm refuses a batch of 1): fp32 as built, ``amp`` under bf16 autocast, ``half`` with
+    the weights in bf16. The loss is rubin's (fp32 log-softmax), so its saved log-probs are included.
     """
+    import contextlib
+    import copy
+
     import torch
 
-    seen: dict[int, float] = {}
+    from rubin.plan.measure import count_saved
+    from rubin.train.task import loss_fn
 
-    def pack(t):
-        if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-            key = t.untyped_storage().data_ptr()
-            size = t.untyped_storage().nbytes()
-            seen[key] = size / 2 if t.is_floating_point() else size
-        return t
-
-    module.train()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        module(x).sum().backward()
-    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    return float(sum(v for k, v in seen.items() if k not in params)) / x.shape[0]
+    target = torch.zeros(x.shape[0], dtype=torch.long)
+    out = {}
+    for regime in ("fp32", "amp", "half"):
+        m = copy.deepcopy(module).train()
+        inp = x
+        if regime == "half":
+            m, inp = m.to(torch.bfloat16), x.to(torch.bfloat16)
+        params = {p.untyped_storage().data_ptr() for p in m.parameters()}
+        saved: dict = {}
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if regime == "amp" else contextlib.nullcontext()
+        with count_saved(params, saved), ctx:
+            loss = loss_fn("classification", m(inp), target)
+        loss.backward()
+        out[regime] = float(sum(saved.values())) / x.shape[0]
+    return out
 
 
 def workload(name: str, *, seq_len: int | None = None, image_size: int = 8, channels: int = 1, classes: int = 10):
     key = ALIASES.get(name, name)
     if key not in WORKLOADS:
-        raise UsageError(f"workload={name!r} is not a reference workload{did_you_mean(name, WORKLOADS)}: "
-                         f"allowed are {', '.join(WORKLOADS)}; or pass --params or --config")
+        raise bad_choice("workload", name, WORKLOADS, "or pass --params or --config")
     if key == "gpt":
         from rubin.workloads.models.gpt import GPTConfig
 
@@ -73,10 +80,11 @@ def workload(name: str, *, seq_len: int | None = None, image_size: int = 8, chan
         m = ViT((image_size, image_size), channels, classes)
         tokens = m.num_patches + 1
         shape = shapes.transformer(name="vit", layers=d["depth"], hidden=d["dim"], heads=d["heads"],
-                                   ffn=int(d["dim"] * d["mlp_ratio"]), vocab=classes, seq_len=tokens,
+                                   ffn=int(d["dim"] * d["mlp_ratio"]), vocab=classes, seq_len=tokens, tied_embeddings=False,
                                    dropout=d["dropout"] > 0, params=sum(p.numel() for p in m.parameters()))
         return _with(shape, lm_head=False, flops_per_sample=m.flops_per_sample(),
-                     input_bytes_per_sample=2.0 * channels * image_size * image_size, tokens_per_sample=0)
+                     input_bytes_per_sample=float(channels * image_size * image_size), tokens_per_sample=0,
+                     head_params=float(d["dim"] * classes))
     if key.startswith("resnet"):
         from rubin.workloads.models.resnet import ResNet
 
@@ -93,7 +101,7 @@ def workload(name: str, *, seq_len: int | None = None, image_size: int = 8, chan
     largest = float(max(sum(p.numel() for p in b.parameters()) for b in blocks))
     return shapes.ModelShape(name=key, params=params, kind="cnn" if key.startswith("resnet") else "mlp",
                              vocab=classes, largest_layer_params=largest,
-                             act_bytes_per_sample_16bit=_saved_bytes_per_sample(m, x),
+                             act_bytes_per_sample=_saved_bytes_per_sample(m, x),
                              flops_per_sample=m.flops_per_sample())
 
 

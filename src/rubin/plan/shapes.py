@@ -7,18 +7,18 @@ positions, biases, tied embeddings unless the config says otherwise).
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rubin.errors import UsageError, bad_value
+from rubin.errors import UsageError, bad_value, load_mapping
 
 
 @dataclass(frozen=True)
 class ModelShape:
     name: str
     params: float
-    kind: str = "params"  # params (a raw count) | transformer | cnn | mlp
+    kind: str = "params"  # params (a raw count) | transformer | cnn | mlp | measured
     layers: int | None = None
     hidden: int | None = None
     heads: int | None = None
@@ -29,10 +29,18 @@ class ModelShape:
     gated_mlp: bool = False  # SwiGLU-style MLP (three matrices)
     dropout: bool = True  # Korthikanti's 34 counts two dropout masks per layer
     largest_layer_params: float | None = None
-    # cnn / mlp: bytes of saved activations per sample at 16 bit, computed from the architecture
-    act_bytes_per_sample_16bit: float | None = None
+    # cnn / mlp: bytes autograd saves per sample, by precision regime (fp32, amp, half), measured on
+    # the workload's own graph
+    act_bytes_per_sample: dict | None = None
     lm_head: bool = True  # logits for every token (a language model) or one row per sample (a classifier)
-    input_bytes_per_sample: float = 0.0  # a vision model's image, kept by the first layer
+    input_bytes_per_sample: float = 0.0  # values of a vision model's image, kept by the first layer
+    tied_embeddings: bool = False  # the head shares the embedding: its gradient arrives twice
+    head_params: float = 0.0  # the output layer's weights (its gradient is the first to appear)
+    block_params: float = 0.0  # one transformer block's weights (what checkpointing recomputes with)
+    # kind "measured" (plan memory --measure): saved bytes = k_token*b*s + k_sample*b + k_score*b*s^2, per
+    # checkpointing mode ("none", "full"), each (k_token, k_sample, fit residual, k_score); and one measured step
+    measured_fit: dict | None = None
+    measured_check: dict | None = None
     flops_per_sample: float | None = None  # training FLOPs (forward + backward) per sample
     tokens_per_sample: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -123,6 +131,9 @@ def transformer(
         seq_len=seq_len,
         gated_mlp=gated_mlp,
         dropout=dropout,
+        tied_embeddings=bool(tied_embeddings and vocab),
+        head_params=float((vocab or 0) * hidden),
+        block_params=float(block),
         # FSDP wraps each block; the (tied) embedding sits in the root unit
         largest_layer_params=float(max(block, embed)),
     )
@@ -138,8 +149,8 @@ def raw(params, largest_layer_params=None) -> ModelShape:
         p = float(params)
     except (TypeError, ValueError):
         raise bad_value("params", params, "a positive number of parameters, e.g. 7e9") from None
-    if not p > 0:
-        raise bad_value("params", params, "a positive number of parameters, e.g. 7e9")
+    if not (p > 0 and math.isfinite(p)):
+        raise bad_value("params", params, "a positive, finite number of parameters", "e.g. --params 7e9")
     notes = ()
     if largest_layer_params is None:
         notes = ("largest layer unknown: the ZeRO-3 gathered-layer buffer is not counted; pass --largest-layer-params",)
@@ -169,14 +180,7 @@ def from_hf_config(path: str | Path) -> ModelShape:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        cfg = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise bad_value("config", str(path), "a config.json file or a folder holding one", "check the path") from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise bad_value("config", str(path), f"readable JSON ({err})") from None
-    if not isinstance(cfg, dict):
-        raise bad_value("config", str(path), "a JSON object (a Hugging Face config.json)")
+    cfg = load_mapping(p, "config", "pass a Hugging Face config.json (or the folder holding one)")
     if isinstance(cfg.get("text_config"), dict):  # multimodal configs nest the language model
         cfg = {**cfg, **cfg["text_config"]}
     found = {}

@@ -1,0 +1,244 @@
+"""The one object the loop talks to about checkpoints: when to save, what goes in, and resume.
+
+    ckpt = Checkpointer(cfg, info, run, state, ...)
+    ckpt.restore_latest()            # at start (resume) and on a rollback
+    ckpt.maybe_save(step, force=...) # at a step boundary whose flags were read; decides on steps itself
+    ckpt.wait()                      # an async save in flight has landed (or raised)
+
+Layout of one step folder (the commit protocol, manifest and retention live in
+``rubin.train.checkpoint``; the model and optimizer files come from ``Strategy.save_state``):
+
+```
+step-00000100/
+  model.pt, optim.pt      single / DDP: full state dicts (rank 0)
+  dcp/                    FSDP: torch.distributed.checkpoint shards, one file per rank
+  trainer.pt              scheduler, scaler, loop position (rank 0)
+  rng-rank-N.pt           RNG states of rank N: python, numpy, torch CPU, every CUDA device
+  MANIFEST.json, COMMITTED
+```
+
+Everything is loaded with ``weights_only`` semantics, so RNG states are stored as plain
+tensors and lists, never as pickled numpy objects.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from rubin import __version__
+from rubin.platform import device as dev
+from rubin.train.checkpoint import AsyncCheckpointer, CheckpointStore, load_file, save_file
+
+
+@dataclass
+class LoopState:
+    step: int = 0  # optimizer steps done
+    epoch: int = 0
+    sample_in_epoch: int = 0  # global samples consumed in this epoch: the sampler position
+    micro_step: int = 0  # always 0: checkpoints are taken at optimizer-step boundaries only
+    samples_seen: int = 0
+    tokens_seen: int = 0
+    rollbacks: int = 0
+    nan_skips: int = 0
+    data_skips: list = field(default_factory=list)  # [epoch, sample_in_epoch] of steps skipped after a rollback
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LoopState":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})  # older checkpoints carry a dropped train_seconds
+
+
+@dataclass
+class TrainState:
+    """Everything a checkpoint restores: the live training objects and the loop position."""
+
+    strategy: Any
+    optimizer: Any
+    scheduler: Any
+    precision: Any
+    loop: LoopState = field(default_factory=LoopState)
+    # Other loop objects with state_dict/load_state_dict, saved in trainer.pt under their names
+    # (the spike detector's running median); a checkpoint without one leaves it as it is.
+    extras: dict = field(default_factory=dict)
+
+    def trainer_dict(self) -> dict:
+        return {"scheduler": self.scheduler.state_dict(), "precision": self.precision.state_dict(), "loop": asdict(self.loop),
+                **{name: obj.state_dict() for name, obj in self.extras.items()}}
+
+
+def capture_rng() -> dict:
+    py = random.getstate()
+    np_state = np.random.get_state()
+    return {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "torch": torch.get_rng_state(),
+        "cuda": dev.cuda_rng_states(),
+    }
+
+
+def restore_rng(state: dict) -> None:
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state((n[0], n[1].numpy().astype(np.uint32), n[2], n[3], n[4]))
+    torch.set_rng_state(state["torch"])
+    dev.set_cuda_rng_states(state.get("cuda") or [])
+
+
+def reseed(seed: int, rank: int, step: int = 0) -> None:
+    s = (seed * 7919 + rank * 104729 + step) % (2**31)
+    random.seed(s)
+    np.random.seed(s)
+    dev.manual_seed_all(s)
+
+
+class Checkpointer:
+    def __init__(self, cfg, info, run, state: TrainState, *, env: dict, barrier: Callable[[], None],
+                 say: Callable[[str], None] = print, beat: Callable[[int], None] = lambda step: None):
+        self.cfg, self.info, self.run, self.state = cfg, info, run, state
+        self.say, self.beat = say, beat
+        self.store = CheckpointStore(
+            run.checkpoints, keep_last=cfg.checkpoint.keep_last, keep_every_steps=cfg.checkpoint.keep_every_steps,
+            rank=info.rank, world_size=info.world_size, barrier=barrier, on_event=lambda kind, details: run.event(kind, **details),
+        )
+        self.meta = {"rubin_version": __version__, "torch_version": torch.__version__, "world_size": info.world_size,
+                     "strategy": state.strategy.name, "config_hash": cfg.hash(), "env": env}
+        self.async_writer = AsyncCheckpointer(
+            self.store, on_event=lambda k, d: run.event(k, **d), policy=cfg.checkpoint.async_policy,
+            group_timeout_s=cfg.distributed.timeout_s,
+        ) if cfg.checkpoint.async_ else None
+        self.last_save_s: float | None = None  # the last synchronous save, for the grace-period check
+        self.last_step: int | None = None
+        self._last_time = time.monotonic()
+        self._grace_checked = self.check_grace() is not None  # from an earlier attempt's saves
+
+    # -- when ------------------------------------------------------------------------------
+    def due(self, step: int) -> bool:
+        """A save by step count is due at STEP (the same answer on every rank)."""
+        every = self.cfg.checkpoint.every_steps
+        return bool(every and step % every == 0)
+
+    def minutes_due(self) -> bool:
+        """This rank's clock says a timed save is due; the loop agrees on rank 0's answer before passing ``force``."""
+        m = self.cfg.checkpoint.every_minutes
+        return bool(m and self.info.is_main and time.monotonic() - self._last_time >= m * 60)
+
+    def maybe_save(self, step: int, *, force: bool = False, emergency: bool = False) -> float:
+        """Save at this step boundary if due, forced or an emergency (always synchronous); returns the seconds the loop stalled."""
+        if not (force or emergency or self.due(step)) or self.last_step == step:
+            return 0.0
+        self.beat(step)
+        t0 = time.perf_counter()
+        meta = dict(self.meta, step=step)
+        if self.async_writer is not None and not emergency:
+            live = {"rng": capture_rng()}
+            if self.info.rank == 0:
+                live["trainer"] = self.state.trainer_dict()
+            model_optim = self.state.strategy.state_dicts(self.state.optimizer)
+            if self.state.strategy.can_snapshot:
+                self.async_writer.save(step, {**live, **model_optim}, self._write, meta)
+            else:  # sharded (FSDP): DCP stages the shards and writes them in its own thread
+                self.async_writer.save_sharded(step, model_optim, live, self._write_rest, meta)
+        else:
+            self.wait()
+            self.store.save(step, lambda tmp: self._write(None, tmp), meta)
+            self.last_save_s = time.perf_counter() - t0
+        self.last_step, self._last_time = step, time.monotonic()
+        if self.last_save_s is not None and not self._grace_checked:
+            self._grace_checked = True
+            self.check_grace()
+        return time.perf_counter() - t0
+
+    def _write(self, snap: dict | None, tmp: Path) -> None:
+        """The files of one checkpoint; SNAP is a CPU snapshot (async) or None for the live state."""
+        st = self.state
+        model_optim = None if snap is None else {k: v for k, v in snap.items() if k in ("model", "optim")}
+        st.strategy.save_state(st.optimizer, tmp, model_optim)
+        self._write_rest(snap, tmp)
+
+    def _write_rest(self, snap: dict | None, tmp: Path) -> None:
+        """trainer.pt (rank 0) and this rank's RNG file; SNAP as in ``_write``."""
+        if self.info.rank == 0:
+            save_file(self.state.trainer_dict() if snap is None else snap["trainer"], tmp / "trainer.pt")
+        save_file(capture_rng() if snap is None else snap["rng"], tmp / f"rng-rank-{self.info.rank}.pt")
+
+    def wait(self) -> None:
+        """Until the async save in flight (if any) has committed; re-raises its error."""
+        if self.async_writer is not None:
+            self.async_writer.wait()
+
+    # -- restore ---------------------------------------------------------------------------
+    def restore_latest(self, *, announce: bool = True, force: bool = False) -> int | None:
+        """Load the newest checkpoint that verifies and loads into the live state; returns its step, or None.
+
+        Each one skipped on the way is an event and a console line, and is moved aside. At a resume
+        (ANNOUNCE) where checkpoints exist but none is usable, starting over is refused unless FORCE.
+        """
+        self.wait()  # an async save in flight must land before we choose what to load
+        found = self.store.restore(self._load, force=force or not announce, say=self.say)
+        if found is None:
+            return None
+        step, path, _ = found
+        st = self.state
+        rng_file = path / f"rng-rank-{self.info.rank}.pt"
+        if rng_file.exists():
+            restore_rng(load_file(rng_file))
+        else:  # a rank that did not exist when this was saved (world size grew): a fresh, reproducible stream
+            reseed(self.cfg.run.seed, self.info.rank, st.loop.step)
+        self.last_step = step
+        self.run.event("checkpoint_loaded", step=step, path=str(path))
+        if announce:
+            self.run.event("resume", step=step, epoch=st.loop.epoch, sample_in_epoch=st.loop.sample_in_epoch)
+            self.say(f"resuming from step {step} (checkpoint {path}), verified")
+        return step
+
+    def _load(self, path: Path) -> None:
+        """Model, optimizer, scheduler, scaler and loop position from PATH; any error means "invalid, fall back"."""
+        st = self.state
+        st.strategy.load_state(st.optimizer, path)
+        trainer = load_file(path / "trainer.pt")
+        st.scheduler.load_state_dict(trainer["scheduler"])
+        st.precision.load_state_dict(trainer["precision"])
+        st.loop = LoopState.from_dict(trainer["loop"])
+        for name, obj in st.extras.items():
+            if name in trainer:
+                obj.load_state_dict(trainer[name])
+
+    def committed(self, step: int) -> bool:
+        """The checkpoint of STEP is committed (its folder renamed into place)."""
+        return self.store.is_committed(step)
+
+    def has_checkpoint(self) -> bool:
+        return bool(self.store.committed())
+
+    def latest(self) -> tuple[int, Path] | None:
+        return self.store.latest_valid()
+
+    def check_grace(self) -> str | None:
+        """Say so (event + console line), from the measured save time, if an emergency save cannot fit in the grace period.
+
+        The time is this run's last synchronous save, or at startup the newest save recorded in
+        events.jsonl by an earlier attempt of the same run.
+        """
+        grace = self.cfg.checkpoint.preemption_grace_s
+        seconds = self.last_save_s
+        if seconds is None:
+            saved = [e for e in self.run.events() if e.get("kind") == "checkpoint_saved" and e.get("seconds")]
+            seconds = saved[-1]["seconds"] if saved else None
+        if seconds is None or seconds <= grace:
+            return None
+        msg = (
+            f"a full checkpoint took {seconds:.1f} s, more than checkpoint.preemption_grace_s={grace:g} s: "
+            "an emergency save on preemption may not finish; checkpoint more often or use a faster disk"
+        )
+        self.run.event("warning", message=msg, save_s=seconds, grace_s=grace)
+        self.say(f"warning: {msg}")
+        return msg
