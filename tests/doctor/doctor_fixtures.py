@@ -27,7 +27,8 @@ def torch_probe_output(cuda: str = "12.8", archs: str = "sm_50 sm_60 sm_70 sm_75
 
 def runner(**over) -> FakeRunner:
     responses = {
-        "nvidia-smi -L": "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08x}-6a2b-4c1d-9e0f-2b7c3d4e5f{i:02d})\n" for i in range(8)),
+        "nvidia-smi -L": "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08x}-6a2b-4c1d-9e0f-2b7c3d4e5f{i:02d})\n"
+                                 for i in range(8)),
         "nvidia-smi topo -m": (FIX / "topo" / "h100x8_nvswitch.txt").read_text(),
         "dmesg": "",
         sys.executable: torch_probe_output(),

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rubin.platform import nvml, nvml_fake, probe as probe_mod, probe_driver, probe_environment, probe_software, probe_system
+from rubin.platform import nvml, nvml_fake, probe_driver, probe_environment, probe_software, probe_system
+from rubin.platform import probe as probe_mod
 from rubin.platform.commands import CommandResult, FakeRunner, Runner
 from rubin.platform.probe_interconnect import ib_ports, parse_topology
 from rubin.platform.sources import Sources

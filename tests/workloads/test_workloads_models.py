@@ -11,7 +11,6 @@ from rubin.workloads import DataInfo, build_model, flops_per_sample, model_block
 from rubin.workloads.models import GPTConfig
 
 
-
 @pytest.fixture(autouse=True)
 def _one_thread():
     # These tiny models run faster on one thread, and a shared CI machine's cores are oversubscribed.

@@ -54,8 +54,11 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rubin {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = _chosen(argv)
+    # The subcommand's copy of --debug must not reset `rubin --debug CMD` to False.
+    sub_common = argparse.ArgumentParser(add_help=False)
+    sub_common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and versions on errors")
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=[sub_common])
         if name == chosen:
             importlib.import_module(module).add_arguments(p)
     return parser

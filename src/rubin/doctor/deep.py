@@ -48,7 +48,8 @@ def gpu_check(index: int, timeout_s: float) -> Finding:
                        evidence=f"{res.get('name')} cc {res.get('capability')}; max abs error {res.get('max_abs_err'):.2e}")
     return Finding(fid, "deep.gpu", "error", f"GPU {index}: the CUDA smoke test failed", gpu=index,
                    evidence=res.get("error") or f"max abs error {res.get('max_abs_err')}",
-                   cause="CUDA cannot allocate or compute correctly on this GPU", fix=["rubin doctor --explain '<the error above>'", "dcgmi diag -r 2"])
+                   cause="CUDA cannot allocate or compute correctly on this GPU",
+                   fix=["rubin doctor --explain '<the error above>'", "dcgmi diag -r 2"])
 
 
 def allreduce_check(backend: str, timeout_s: float, world: int = 2, fail_rank: int | None = None) -> Finding:

@@ -57,7 +57,8 @@ def allreduce(rank: int, world: int, port: int, backend: str, fail: bool, timeou
     dist.barrier()
     dist.destroy_process_group()
     ok = abs(got - expect) < 1e-6
-    _emit({"ok": ok, "rank": rank, "backend": backend, "value": got, "expected": expect, "seconds": time.perf_counter() - t0}, 0 if ok else 1)
+    _emit({"ok": ok, "rank": rank, "backend": backend, "value": got, "expected": expect,
+           "seconds": time.perf_counter() - t0}, 0 if ok else 1)
 
 
 def main(argv: list[str]) -> None:

@@ -14,7 +14,13 @@ import time
 
 from rubin.platform import probe_driver, probe_environment, probe_gpu, probe_interconnect, probe_software, probe_system
 from rubin.platform.facts import (
-    DriverFacts, EnvironmentFacts, Facts, InterconnectFacts, SoftwareFacts, SystemFacts, unknown,
+    DriverFacts,
+    EnvironmentFacts,
+    Facts,
+    InterconnectFacts,
+    SoftwareFacts,
+    SystemFacts,
+    unknown,
 )
 from rubin.platform.sources import Sources
 

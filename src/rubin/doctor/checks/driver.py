@@ -83,7 +83,8 @@ def smi_failure(text: str) -> tuple[str, list[str]] | None:
     if "unknown error" in low or "unable to determine the device handle" in low or "gpu is lost" in low:
         return ("a GPU stopped answering (often Xid 79, fallen off the bus)", ["drain the node and reboot; if it repeats, service it"])
     if "insufficient permissions" in low or "permission denied" in low:
-        return ("this user cannot open /dev/nvidia*", ["add the user to the group that owns /dev/nvidia* (video/render) or fix the udev rule"])
+        return ("this user cannot open /dev/nvidia*",
+                ["add the user to the group that owns /dev/nvidia* (video/render) or fix the udev rule"])
     if "failed to initialize nvml" in low:
         return ("NVML could not initialize", ["reboot if the driver was just upgraded; otherwise reinstall the driver"])
     return None

@@ -41,12 +41,14 @@ def cuda_visible_devices(facts):
             bad.append(x)
     if items and not bad and len(set(items)) == len(items):
         return None
-    why = "is empty, which hides every GPU" if not items else f"names {bad} but this machine has GPUs 0..{n - 1}" if bad else "repeats a device"
+    why = ("is empty, which hides every GPU" if not items
+           else f"names {bad} but this machine has GPUs 0..{n - 1}" if bad else "repeats a device")
     return Finding("env.cuda_visible_devices", "env.cuda_visible_devices", "error", f"CUDA_VISIBLE_DEVICES={raw!r} {why}",
                    evidence=f"CUDA_VISIBLE_DEVICES={raw!r}; NVML GPUs: {n}",
                    cause="CUDA stops at the first invalid entry: the GPUs after it (or all) disappear and torch reports 0 devices "
                          "or 'invalid device ordinal'",
-                   fix=[f"export CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(n))}   # or unset it" if n else "unset CUDA_VISIBLE_DEVICES"])
+                   fix=[f"export CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(n))}   # or unset it" if n
+                        else "unset CUDA_VISIBLE_DEVICES"])
 
 
 @check("env.nccl_p2p_disable", "NCCL_P2P_DISABLE not set")
@@ -129,7 +131,8 @@ def omp_threads(facts):
         return Finding("env.omp_threads.oversubscribed", "env.omp_threads", "warn",
                        f"OMP_NUM_THREADS={raw} x {procs} process(es) > {cpus} CPUs",
                        evidence=f"OMP_NUM_THREADS={raw}; processes per node {procs}; CPUs {cpus} ({facts.system.cpu_count.source})",
-                       cause="more compute threads than cores: CPU ops, data loading and the NCCL proxy threads contend and steps slow down",
+                       cause="more compute threads than cores: CPU ops, data loading and the NCCL proxy threads contend "
+                             "and steps slow down",
                        fix=[f"export OMP_NUM_THREADS={max(cpus // procs, 1)}"])
     return None
 
@@ -175,6 +178,7 @@ def launch_blocking(facts):
     v = _env(facts).get("CUDA_LAUNCH_BLOCKING")
     if v is None or v.strip() in ("", "0"):
         return None
-    return Finding("env.cuda_launch_blocking", "env.cuda_launch_blocking", "warn", "CUDA_LAUNCH_BLOCKING=1 makes every kernel launch synchronous",
+    return Finding("env.cuda_launch_blocking", "env.cuda_launch_blocking", "warn",
+                   "CUDA_LAUNCH_BLOCKING=1 makes every kernel launch synchronous",
                    evidence=f"CUDA_LAUNCH_BLOCKING={v}", cause="useful to locate a CUDA error, but training runs much slower",
                    fix=["unset CUDA_LAUNCH_BLOCKING after debugging"])

@@ -34,7 +34,8 @@ def ecc(facts):
         vc = g.ecc_volatile_corrected.get(0)
         ev = f"{gpu_label(g)}: volatile uncorrected {vu}, corrected {vc}; aggregate uncorrected {au} ({g.ecc_volatile_uncorrected.source})"
         if vu:
-            out.append(Finding("gpu.ecc.uncorrected", "gpu.ecc", "error", f"GPU {g.index} has {vu} uncorrectable ECC error(s) since the last reset",
+            out.append(Finding("gpu.ecc.uncorrected", "gpu.ecc", "error",
+                               f"GPU {g.index} has {vu} uncorrectable ECC error(s) since the last reset",
                                evidence=ev, gpu=g.index, cause="uncorrectable memory errors corrupt data or kill processes (Xid 48/94/95)",
                                fix=[f"drain the GPU, then `sudo nvidia-smi -r -i {g.index}` (or reboot) to retire/remap the row",
                                     "if it recurs: `dcgmi diag -r 3`, then RMA"]))
@@ -42,7 +43,8 @@ def ecc(facts):
             out.append(Finding("gpu.ecc.history", "gpu.ecc", "warn", f"GPU {g.index} has {au} uncorrectable ECC error(s) in its lifetime",
                                evidence=ev, gpu=g.index, cause="past uncorrectable errors; the memory may be degrading",
                                fix=["check `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT`", "run `dcgmi diag -r 3` before long jobs"]))
-        elif g.ecc_enabled.get() is False and g.name.get("").startswith("NVIDIA") and any(k in g.name.get("") for k in ("A100", "H100", "H200", "B200", "B300", "GB")):
+        elif (g.ecc_enabled.get() is False and g.name.get("").startswith("NVIDIA")
+              and any(k in g.name.get("") for k in ("A100", "H100", "H200", "B200", "B300", "GB"))):
             out.append(Finding("gpu.ecc.disabled", "gpu.ecc", "warn", f"ECC is disabled on {gpu_label(g)}", evidence=ev, gpu=g.index,
                                cause="data-center GPUs ship with ECC on; with it off, memory errors silently corrupt training",
                                fix=[f"sudo nvidia-smi -i {g.index} -e 1 && sudo nvidia-smi -i {g.index} -r"]))
@@ -57,11 +59,13 @@ def row_remap(facts):
               f"correctable {g.remapped_rows_correctable.show()} / uncorrectable {g.remapped_rows_uncorrectable.show()} "
               f"({g.remap_pending.source})")
         if g.remap_failed.get():
-            out.append(Finding("gpu.row_remap.failed", "gpu.row_remap", "error", f"row remapping FAILED on GPU {g.index}", evidence=ev, gpu=g.index,
+            out.append(Finding("gpu.row_remap.failed", "gpu.row_remap", "error", f"row remapping FAILED on GPU {g.index}",
+                               evidence=ev, gpu=g.index,
                                cause="the GPU has no spare rows left for a bad memory row (Xid 64)",
                                fix=["drain the node and replace the GPU (RMA); `dcgmi diag -r 3` confirms"]))
         elif g.remap_pending.get():
-            out.append(Finding("gpu.row_remap.pending", "gpu.row_remap", "warn", f"a row remap is pending on GPU {g.index}", evidence=ev, gpu=g.index,
+            out.append(Finding("gpu.row_remap.pending", "gpu.row_remap", "warn", f"a row remap is pending on GPU {g.index}",
+                               evidence=ev, gpu=g.index,
                                cause="a bad memory row was found; the remap applies only after a GPU reset, until then the row may "
                                      "fault again",
                                fix=[f"when idle: `sudo nvidia-smi -r -i {g.index}` or reboot"]))
@@ -115,7 +119,8 @@ def power_cap(facts):
             out.append(Finding("gpu.power_cap", "gpu.power_cap", "warn", f"GPU {g.index} power limit is {lim:.0f} W, default {dflt:.0f} W",
                                evidence=f"{gpu_label(g)}: enforced {lim} W, default {dflt} W ({g.power_limit_w.source})", gpu=g.index,
                                cause="someone lowered the power limit (nvidia-smi -pl, DCGM policy, a datacenter cap); compute-bound "
-                                     "training runs slower", fix=[f"sudo nvidia-smi -i {g.index} -pl {dflt:.0f}   # if the cap is not intended"]))
+                                     "training runs slower",
+                               fix=[f"sudo nvidia-smi -i {g.index} -pl {dflt:.0f}   # if the cap is not intended"]))
     return out
 
 
@@ -126,16 +131,22 @@ def pcie(facts):
         gen, gmax, w, wmax = g.pcie_gen.get(), g.pcie_gen_max.get(), g.pcie_width.get(), g.pcie_width_max.get()
         ev = f"{gpu_label(g)}: PCIe Gen{gen} x{w}, max Gen{gmax} x{wmax} ({g.pcie_gen.source}); utilization {g.util_pct.show()}%"
         if w and wmax and w < wmax:
-            out.append(Finding("gpu.pcie.width", "gpu.pcie", "warn", f"GPU {g.index} PCIe link is x{w}, not x{wmax}", evidence=ev, gpu=g.index,
+            out.append(Finding("gpu.pcie.width", "gpu.pcie", "warn", f"GPU {g.index} PCIe link is x{w}, not x{wmax}",
+                               evidence=ev, gpu=g.index,
                                cause="a degraded link (bad seating, riser, cable or slot) cuts host<->GPU bandwidth for data loading, "
-                                     "checkpoints and GPUDirect RDMA", fix=["reseat the GPU / check the riser; `lspci -vv` LnkSta", "service the node if it persists after reboot"]))
+                                     "checkpoints and GPUDirect RDMA",
+                               fix=["reseat the GPU / check the riser; `lspci -vv` LnkSta",
+                                    "service the node if it persists after reboot"]))
         elif gen and gmax and gen < gmax:
             idle = not g.util_pct.get(0)
-            out.append(Finding("gpu.pcie.gen", "gpu.pcie", "info" if idle else "warn", f"GPU {g.index} PCIe runs at Gen{gen}, max Gen{gmax}",
+            out.append(Finding("gpu.pcie.gen", "gpu.pcie", "info" if idle else "warn",
+                               f"GPU {g.index} PCIe runs at Gen{gen}, max Gen{gmax}",
                                evidence=ev, gpu=g.index,
                                cause="an idle GPU lowers its PCIe generation to save power (normal)" if idle else
-                                     "under load the link should run at its max generation; it trained down (BIOS setting, riser, slot)",
-                               fix=["check again under load (`rubin doctor --deep` loads the GPU)", "BIOS: set the slot to the max generation"]))
+                                     ("under load the link should run at its max generation; it trained down "
+                                      "(BIOS setting, riser, slot)"),
+                               fix=["check again under load (`rubin doctor --deep` loads the GPU)",
+                                    "BIOS: set the slot to the max generation"]))
     return out
 
 
@@ -156,10 +167,12 @@ def memory_in_use(facts):
     if not busy:
         return None
     return Finding("gpu.memory_in_use", "gpu.memory_in_use", "warn", f"{len(busy)} GPU(s) already have memory in use",
-                   evidence=", ".join(f"GPU {g.index}: {gib(g.memory_used_bytes.value)} of {gib(g.memory_total_bytes.value)}" for g in busy),
+                   evidence=", ".join(f"GPU {g.index}: {gib(g.memory_used_bytes.value)} of {gib(g.memory_total_bytes.value)}"
+                                      for g in busy),
                    cause="another process (a previous job that did not exit, a notebook, a zombie rank) holds GPU memory; your "
                          "job gets 'CUDA out of memory' earlier than planned",
-                   fix=["nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv", "kill the stale processes, or `sudo fuser -v /dev/nvidia*`"])
+                   fix=["nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",
+                        "kill the stale processes, or `sudo fuser -v /dev/nvidia*`"])
 
 
 @check("gpu.count", "every GPU on the bus is usable")
@@ -168,7 +181,8 @@ def count(facts):
     if not pci or not facts.gpus.known or nv >= pci or facts.system.container.get("none") != "none":
         return None
     return Finding("gpu.count", "gpu.count", "error", f"{pci} NVIDIA GPUs on the PCI bus but NVML sees {nv}",
-                   evidence=f"PCI: {pci} ({facts.driver.gpu_pci_devices.source}); NVML: {nv}; drivers bound: {facts.driver.gpu_pci_drivers.get([])}",
+                   evidence=f"PCI: {pci} ({facts.driver.gpu_pci_devices.source}); NVML: {nv}; "
+                            f"drivers bound: {facts.driver.gpu_pci_drivers.get([])}",
                    cause="a GPU fell off the bus (Xid 79), failed to initialize, or is bound to another driver (vfio-pci)",
                    fix=["sudo dmesg | grep -i -e xid -e nvrm", "reboot; if the GPU stays missing, service the node"])
 

@@ -37,7 +37,8 @@ def arch_support(cc: str, arch_list: list[str]) -> tuple[str, str]:
     same_major = sorted((mi, f"sm_{ma}{mi}") for kind, ma, mi, suf in parsed if kind == "sm" and ma == major and mi < minor and not suf)
     if same_major:
         return ("unverified" if (major, minor) == (10, 7) else "compatible"), same_major[-1][1]
-    ptx = sorted(((ma, mi), f"compute_{ma}{mi}") for kind, ma, mi, suf in parsed if kind == "compute" and (ma, mi) <= (major, minor) and not suf)
+    ptx = sorted(((ma, mi), f"compute_{ma}{mi}") for kind, ma, mi, suf in parsed
+                 if kind == "compute" and (ma, mi) <= (major, minor) and not suf)
     if ptx:
         return "ptx", ptx[-1][1]
     return "missing", ""
@@ -83,7 +84,8 @@ def cuda_vs_driver(facts):
                    cause="the driver is older than the CUDA runtime in the torch wheel; torch says 'The NVIDIA driver on your system is "
                          "too old' and CUDA is unavailable",
                    fix=[f"install NVIDIA driver >= {need} (then reboot)",
-                        f"or install torch built for CUDA <= {drv_cuda}: pip install torch --index-url https://download.pytorch.org/whl/cu{''.join(map(str, d))}"])
+                        f"or install torch built for CUDA <= {drv_cuda}: "
+                        f"pip install torch --index-url https://download.pytorch.org/whl/cu{''.join(map(str, d))}"])
 
 
 @check("torch.arch_missing", "GPU architecture in torch's arch list")
@@ -112,7 +114,8 @@ def arch_missing(facts):
                                     "check: python -c 'import torch; print(torch.cuda.get_arch_list())'"]))
         elif status == "unverified":
             out.append(Finding(f"torch.arch_missing.sm{sid}", "torch.arch_missing", "warn",
-                               f"torch has no sm_{sid} kernels for Rubin; it would run the Blackwell {flag} kernels", evidence=ev, gpu=g.index,
+                               f"torch has no sm_{sid} kernels for Rubin; it would run the Blackwell {flag} kernels",
+                               evidence=ev, gpu=g.index,
                                cause="Rubin (compute capability 10.7) is its own architecture, not Blackwell, even though both are "
                                      f"major 10; running {flag} SASS on it relies on binary compatibility that is not confirmed, and "
                                      "Rubin-specific paths (sm_107 in CUDA >= 13.4) are not used",
@@ -123,7 +126,8 @@ def arch_missing(facts):
                                f"torch has only PTX ({flag}) for sm_{sid}: kernels are JIT-compiled", evidence=ev, gpu=g.index,
                                cause="without SASS for this GPU, the driver compiles PTX at first launch (minutes, cached in "
                                      "~/.nv/ComputeCache) and newer-architecture features are not used",
-                               fix=[f"install a torch wheel with sm_{sid} in its arch list", "or set CUDA_CACHE_MAXSIZE=4294967296 so the JIT cache persists"]))
+                               fix=[f"install a torch wheel with sm_{sid} in its arch list",
+                                    "or set CUDA_CACHE_MAXSIZE=4294967296 so the JIT cache persists"]))
     return out
 
 
@@ -140,7 +144,8 @@ def versions(facts):
              "toolkit; nvcc is the toolkit used to compile extensions; torch wheels bundle their own CUDA runtime and do not use "
              "the toolkit. They may differ; torch's must be <= the driver's")
     if severity == "warn":
-        cause += f". Here the toolkit ({tk}) is newer than the driver ({drv}): extensions built with this nvcc fail with 'CUDA driver version is insufficient'"
+        cause += (f". Here the toolkit ({tk}) is newer than the driver ({drv}): extensions built with this nvcc fail with "
+                  "'CUDA driver version is insufficient'")
     return Finding("cuda.versions", "cuda.versions", severity, "CUDA versions differ (this is often fine)", evidence=ev, cause=cause,
                    fix=["build extensions with a toolkit whose major.minor matches torch.version.cuda (set CUDA_HOME)"]
                    + (["or upgrade the driver to support the toolkit"] if severity == "warn" else []))
