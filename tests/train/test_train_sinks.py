@@ -1,7 +1,6 @@
 """Every sink writes what it claims: JSONL always, TensorBoard and MLflow when asked."""
 
 import json
-import os
 import sys
 
 from trainhelp import mlp_args
@@ -9,7 +8,9 @@ from utils import invoke
 
 
 def test_tensorboard_and_mlflow_sinks_receive_the_metrics(tmp_path, monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # Empty: the sink picks its own store next to the run. mlflow.set_tracking_uri exports the variable
+    # process-wide; monkeypatch puts the original state back at teardown.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # what the sink sets for its local store
     run = tmp_path / "run"
     r = invoke(["train", "--quiet", *mlp_args(run, 6, "telemetry.sinks=[jsonl, tensorboard, mlflow]", "telemetry.log_every_steps=2")])
@@ -29,7 +30,8 @@ def test_tensorboard_and_mlflow_sinks_receive_the_metrics(tmp_path, monkeypatch)
 
     import mlflow
 
-    mlflow.set_tracking_uri((run / "mlruns").resolve().as_uri())
+    db = run / "mlflow.db"  # sqlite when SQLAlchemy is installed (full mlflow), else the file store
+    mlflow.set_tracking_uri(f"sqlite:///{db.resolve()}" if db.exists() else (run / "mlruns").resolve().as_uri())
     runs = mlflow.search_runs(search_all_experiments=True, output_format="list")
     assert len(runs) == 1
     client = mlflow.tracking.MlflowClient()
@@ -38,7 +40,6 @@ def test_tensorboard_and_mlflow_sinks_receive_the_metrics(tmp_path, monkeypatch)
     assert abs(hist[-1].value - jsonl[-1]["loss"]) < 1e-6
     assert runs[0].data.params["optim.name"] == "adamw"
     assert client.get_metric_history(runs[0].info.run_id, "eval_accuracy")
-    os.environ.pop("MLFLOW_TRACKING_URI", None)  # mlflow.set_tracking_uri exports it process-wide
 
 
 def test_missing_sink_package_is_a_clear_error(tmp_path, monkeypatch):
