@@ -28,8 +28,13 @@ def two_ranks(args, fault=None, timeout=60):
             env["RUBIN_FAULT"] = fault
         procs.append(subprocess.Popen([sys.executable, str(WORKER), *map(str, args)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = []
     t0 = time.monotonic()
+    return communicate_all(procs, timeout), time.monotonic() - t0
+
+
+def communicate_all(procs, timeout):
+    """(returncode, stdout, stderr) of every process, within one shared deadline; stragglers are killed."""
+    results, t0 = [], time.monotonic()
     try:
         for p in procs:
             out, err = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - t0)))
@@ -38,7 +43,8 @@ def two_ranks(args, fault=None, timeout=60):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    return results, time.monotonic() - t0
+                p.communicate()
+    return results
 
 
 @pytest.mark.timeout(90)
@@ -83,17 +89,7 @@ def train_ranks(run_dir, cfg, fault, timeout=240):
                                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen([sys.executable, "-m", "rubin", *faultkit.train_args(run_dir, cfg)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results, t0 = [], time.monotonic()
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - t0)))
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    return results
+    return communicate_all(procs, timeout)
 
 
 @pytest.mark.timeout(300)

@@ -41,20 +41,15 @@ def show(result: dict, console) -> None:
     if result["speedup"]:
         t.add_row("speedup", "", f"{result['speedup']:.2f}x")
     console.print(t)
-    if result["config_diff"]:
-        t = Table(title="config differences")
-        for c in ("key", "baseline", "new"):
-            t.add_column(c, overflow="fold")
-        for d in result["config_diff"]:
-            t.add_row(d["key"], str(d["baseline"]), str(d["new"]))
-        console.print(t)
-    if result["env_diff"]:
-        t = Table(title="environment differences")
-        for c in ("field", "baseline", "new"):
-            t.add_column(c, overflow="fold")
-        for d in result["env_diff"]:
-            t.add_row(d["field"], str(d["baseline"]), str(d["new"]))
-        console.print(t)
+    for rows, title, key in ((result["config_diff"], "config differences", "key"),
+                             (result["env_diff"], "environment differences", "field")):
+        if rows:
+            t = Table(title=title)
+            for c in (key, "baseline", "new"):
+                t.add_column(c, overflow="fold")
+            for d in rows:
+                t.add_row(d[key], str(d["baseline"]), str(d["new"]))
+            console.print(t)
     for p in result["problems"]:
         console.print(f"[yellow]note:[/] {p}", highlight=False)
     v = result["verdict"]
