@@ -1,7 +1,7 @@
 """rubin train against a minimal hand-written PyTorch loop: same model, data, batch, optimizer and device.
 
-Both sides run in this process, alternating trials, and both are timed by this script with the
-same clocks around the same window: from just after step WARMUP's log point to just after the
+Each side runs in its own fresh process, alternating which goes first, and both are timed by this
+script's code with the same clocks around the same window: from just after step WARMUP's log point to just after the
 last step's log point (rubin's log point is its metrics line; the plain loop's is its
 ``loss.item()``). So rubin's loop overhead, logging and agreement included, is inside the
 window; nothing is taken from rubin's self-reported ``time.step_s``.
@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -143,6 +147,34 @@ def spread(xs: list[float], fmt: str = ".3f") -> str:
     return f"median {statistics.median(xs):{fmt}} (min {min(xs):{fmt}}, max {max(xs):{fmt}}, n={len(xs)})"
 
 
+def one_side(a, side: str, run_dir: str) -> None:
+    """Child mode: run one side once in this fresh process and print its figures as JSON."""
+    torch.set_num_threads(a.threads)
+    cfg = configs(a.model, a.steps, run_dir, a.device, a.precision, a.batch)
+    sps, cpu, faults = plain_side(cfg, torch.device(a.device)) if side == "plain" else rubin_side(cfg)
+    print(json.dumps({"sps": sps, "cpu": cpu, "faults": faults, "threads": torch.get_num_threads()}))
+
+
+# glibc's malloc moves its mmap threshold as a process frees large blocks, so whether a step's
+# tensors are served from the heap or mmapped (and page-faulted in again every step) depends on the
+# order of a process's first allocations. Measured here, that coin toss alone moves CPU time per step
+# by 30-50% between two runs of the same loop (1,000 page faults a step against none). Both sides get
+# the same fixed thresholds (32 MiB, glibc's maximum), so the ratio measures the loops, not the toss.
+PINNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
+
+
+def run_side(a, side: str, run_dir: str) -> tuple[float, float, float]:
+    """One side in a fresh interpreter: neither side inherits the other's allocator state or warm caches."""
+    env = dict(os.environ) if a.glibc_default else dict(os.environ, **PINNED_MALLOC)
+    cmd = [sys.executable, __file__, "--side", side, "--run-dir", run_dir, "--model", a.model, "--steps", str(a.steps),
+           "--device", a.device, "--precision", a.precision, "--batch", str(a.batch), "--threads", str(a.threads)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        raise SystemExit(f"{side} side failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    return got["sps"], got["cpu"], got["faults"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=300)
@@ -153,23 +185,24 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (default 1: on shared cores, spinning OpenMP threads inflate both clocks)")
+    ap.add_argument("--glibc-default", action="store_true",
+                    help="leave glibc's dynamic mmap threshold alone (see PINNED_MALLOC): shows the allocator's coin toss")
+    ap.add_argument("--side", choices=["plain", "rubin"], help=argparse.SUPPRESS)  # child mode
+    ap.add_argument("--run-dir", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
     if a.steps < WARMUP + 2 * LOG_EVERY or a.steps % LOG_EVERY:
         ap.error(f"--steps={a.steps}: use a multiple of {LOG_EVERY} of at least {WARMUP + 2 * LOG_EVERY}")
     if a.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device=cuda: no CUDA device is visible; use --device cpu")
-    precision = a.precision or ("bf16" if a.device == "cuda" else "fp32")
-    device = torch.device(a.device)
+    a.precision = a.precision or ("bf16" if a.device == "cuda" else "fp32")
+    if a.side:
+        return one_side(a, a.side, a.run_dir)
     walls, cpus, rows = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.trials):
             # Alternate which side goes first, so drift and warm caches favour neither.
             order = ("plain", "rubin") if i % 2 == 0 else ("rubin", "plain")
-            got = {}
-            for side in order:
-                cfg = configs(a.model, a.steps, f"{tmp}/{side}{i}", a.device, precision, a.batch)
-                got[side] = plain_side(cfg, device) if side == "plain" else rubin_side(cfg)
+            got = {side: run_side(a, side, f"{tmp}/{side}{i}") for side in order}
             (p_sps, p_cpu, p_flt), (r_sps, r_cpu, r_flt) = got["plain"], got["rubin"]
             walls.append(r_sps / p_sps)
             cpus.append(p_cpu / r_cpu)
@@ -177,8 +210,9 @@ def main() -> None:
             print(f"trial {i}: samples/s plain {p_sps:9.1f} rubin {r_sps:9.1f} (ratio {walls[-1]:.3f})   "
                   f"CPU ms/step plain {p_cpu * 1e3:7.2f} rubin {r_cpu * 1e3:7.2f} (ratio {cpus[-1]:.3f})   "
                   f"page faults/step plain {p_flt:.0f} rubin {r_flt:.0f}", flush=True)
-    print(f"model={a.model} device={a.device} precision={precision} steps={a.steps} (window: steps {WARMUP + 1}..{a.steps}) "
-          f"batch={a.batch} trials={a.trials} torch threads={torch.get_num_threads()}")
+    print(f"model={a.model} device={a.device} precision={a.precision} steps={a.steps} (window: steps {WARMUP + 1}..{a.steps}) "
+          f"batch={a.batch} trials={a.trials} torch threads={a.threads}; each side in its own fresh process, "
+          f"{'glibc default malloc' if a.glibc_default else 'malloc thresholds pinned alike on both sides'}")
     print(f"plain samples/s      {spread([r[0] for r in rows], '.1f')}")
     print(f"rubin samples/s      {spread([r[1] for r in rows], '.1f')}")
     print(f"plain CPU ms/step    {spread([r[2] * 1e3 for r in rows], '.2f')}")

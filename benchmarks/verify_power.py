@@ -11,7 +11,10 @@ Workload: MLP (2 x 64) on scikit-learn's digits (1,437 train / 360 eval images),
 lr 0.05, batch 64, grad clip 0.5 (active: grad norms reach ~1.6), 120 steps, eval every 10 steps.
 SGD rather than AdamW because Adam normalizes the gradient, which hides a clipping bug.
 
-    python benchmarks/verify_power.py [--out DIR] [--seeds 12] [--first-seed 0]
+    python benchmarks/verify_power.py [--out DIR] [--seeds 12] [--first-seed 0] [--variant-seeds 6] [--variant-first-seed 100]
+
+Each change is trained on --variant-seeds seeds; every comparison draws its own 3 of them and its own
+baseline triplet, so one lucky or unlucky triplet on either side cannot decide a whole row.
 
 Runs are cached in --out (a finished run dir is reused), so a rerun only re-verifies.
 """
@@ -71,6 +74,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=12, help="baseline seeds (benign pairs are drawn from them)")
     ap.add_argument("--first-seed", type=int, default=0, help="first baseline seed: a fresh range checks rules tuned on another")
     ap.add_argument("--pairs", type=int, default=12, help="benign seed pairs (3 against 3 disjoint seeds)")
+    ap.add_argument("--variant-seeds", type=int, default=6, help="seeds trained per change (each comparison draws 3)")
+    ap.add_argument("--variant-first-seed", type=int, default=100, help="first seed of the changes' runs")
+    ap.add_argument("--comparisons", type=int, default=6, help="comparisons per change, each with its own two triplets")
     ap.add_argument("--rules", help="rules file to measure instead of the defaults")
     args = ap.parse_args()
     out = Path(args.out)
@@ -81,14 +87,14 @@ def main() -> None:
     rules = load_rules(args.rules)
     t0 = time.perf_counter()
     base = [train(out, "base", s) for s in range(args.first_seed, args.first_seed + args.seeds)]
-    # The variants use seeds the baseline triplets also use: a change, not a seed, must explain a flag.
-    others = {v: [train(out, v, s) for s in range(100, 103)] for v in VARIANTS if v != "base"}
+    vs = range(args.variant_first_seed, args.variant_first_seed + args.variant_seeds)
+    others = {v: [train(out, v, s) for s in vs] for v in VARIANTS if v != "base"}
     train_s = time.perf_counter() - t0
 
     rng = random.Random(0)
     triplets = [tuple(rng.sample(range(args.seeds), 6)) for _ in range(args.pairs)]
     print(f"\nworkload: MLP 2x64 on digits, SGD lr 0.05, batch 64, clip 0.5, 120 steps; {len(base)} baseline seeds, "
-          f"3 seeds per change; training took {train_s / 60:.1f} min\n")
+          f"{args.variant_seeds} seeds per change; training took {train_s / 60:.1f} min\n")
     rows = []
 
     def judge(name, kind, b_idx, new_dirs):
@@ -102,11 +108,12 @@ def main() -> None:
     for t in triplets:
         v = judge("seeds", "benign", t[:3], [base[i] for i in t[3:]])
         benign_flags.append(v == "fail")
-    base_triplets = [t[:3] for t in triplets[:4]]
+    base_triplets = [tuple(rng.sample(range(args.seeds), 3)) for _ in range(args.comparisons)]
+    new_triplets = [rng.sample(range(args.variant_seeds), 3) for _ in range(args.comparisons)]
     for name, (_, _, kind) in VARIANTS.items():
         if name == "base":
             continue
-        verdicts = [judge(name, kind, bt, others[name]) for bt in base_triplets]
+        verdicts = [judge(name, kind, bt, [others[name][i] for i in nt]) for bt, nt in zip(base_triplets, new_triplets)]
         if kind == "benign":
             benign_flags += [v == "fail" for v in verdicts]
     print(f"{'change':24} {'kind':8} {'verdict':13} failed checks (direction)")
@@ -118,8 +125,8 @@ def main() -> None:
         if kind == "harmful":
             got = [r for r in rows if r[0] == name]
             hit = sum(r[2] == "fail" for r in got)
-            print(f"detected {name}: {hit} of {len(got)} (3 seeds a side, new seeds 100-102, baseline triplets from seeds "
-                  f"{args.first_seed}-{args.first_seed + args.seeds - 1})")
+            print(f"detected {name}: {hit} of {len(got)} (3 seeds a side, drawn from new seeds {vs.start}-{vs.stop - 1} and "
+                  f"baseline seeds {args.first_seed}-{args.first_seed + args.seeds - 1})")
     print(f"\nrules: {'defaults' if not args.rules else args.rules}; machine: {os.cpu_count()} CPU cores; "
           f"total {(time.perf_counter() - t0) / 60:.1f} min")
 

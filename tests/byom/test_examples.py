@@ -204,12 +204,64 @@ def _torchvision_reason() -> str | None:
     return None
 
 
-@pytest.mark.skipif(_torchvision_reason() is not None, reason=str(_torchvision_reason()))
-def test_resnet18_fsdp_per_stage(tmp_path):
-    args = [f"run.dir={tmp_path / 'run'}", "run.max_steps=4", "run.epochs=null", f"model.import={EXAMPLES / 'resnet18.py'}:build",
-            "model.args={num_classes: 10}", "data.name=synthetic_images", "data.args={num_samples: 128, image_size: 32, num_classes: 10}",
-            "data.batch_size=16", "distributed.strategy=fsdp", "telemetry.log_every_steps=1"]
-    p = run_torchrun(2, ["train", "--quiet", *[a for s in args for a in ("--set", s)]], timeout=300)
+needs_torchvision = pytest.mark.skipif(_torchvision_reason() is not None, reason=str(_torchvision_reason()))
+RESNET = str(EXAMPLES / "resnet18.py") + ":build"
+IMAGES = ["data.name=synthetic_images", "data.args={num_samples: 128, image_size: 32, num_classes: 10}", "data.batch_size=16"]
+
+
+def _resnet_sets(run_dir, *extra):
+    items = [f"run.dir={run_dir}", "run.max_steps=4", "run.epochs=null", "run.deterministic=true", "run.eval_every_steps=0",
+             f"model.import={RESNET}", "model.args={num_classes: 10}", *IMAGES, "telemetry.log_every_steps=1",
+             "checkpoint.every_steps=2", "optim.warmup_steps=1", *extra]
+    return ["train", "--quiet", *[a for s in items for a in ("--set", s)]]
+
+
+def _resnet():
+    from torchvision.models import resnet18
+
+    return resnet18(num_classes=10)
+
+
+def _image_outputs(model) -> torch.Tensor:
+    torch.manual_seed(0)
+    model.eval()
+    with torch.no_grad():
+        return model(torch.randn(4, 3, 32, 32))
+
+
+@needs_torchvision
+def test_resnet18_fsdp_per_stage_and_export(tmp_path):
+    p = run_torchrun(2, _resnet_sets(tmp_path / "run", "distributed.strategy=fsdp", "distributed.activation_checkpointing=true"),
+                     timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
+    s = summary(tmp_path / "run")
+    assert s["strategy"] == "fsdp" and s["world_size"] == 2 and s["flops_source"] == "counted"
     assert events(tmp_path / "run", "start")[0]["blocks"] == "layer1,layer2,layer3,layer4"
-    assert summary(tmp_path / "run")["flops_source"] == "counted"
+    assert not [e for e in events(tmp_path / "run", "warning") if "no blocks" in e.get("message", "")]
+    assert (Path(s["checkpoint"]) / "dcp").is_dir()  # shards only: export consolidates them
+    fresh = _resnet()
+    _export_into(tmp_path / "run", fresh)
+    assert _digest(fresh) == s["param_digest"]
+    assert not torch.equal(_image_outputs(fresh), _image_outputs(_resnet()))  # trained weights, not a fresh init
+
+
+@needs_torchvision
+def test_resnet18_single_resume_and_ddp_bf16(tmp_path):
+    from faultkit import child_env
+
+    straight = run_rubin(_resnet_sets(tmp_path / "straight"), env=child_env(), cwd=ROOT)
+    assert straight.returncode == 0, straight.stderr
+    assert events(tmp_path / "straight", "start")[0]["blocks"] == "layer1,layer2,layer3,layer4"
+    killed = run_rubin(_resnet_sets(tmp_path / "run"), env=child_env("crash@step=3"), cwd=ROOT)
+    assert killed.returncode != 0 and summary(tmp_path / "run") is None
+    resumed = run_rubin(_resnet_sets(tmp_path / "run"), env=child_env(), cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr
+    assert events(tmp_path / "run", "resume")[-1]["step"] == 2
+    assert summary(tmp_path / "run")["param_digest"] == summary(tmp_path / "straight")["param_digest"]
+    ddp = run_torchrun(2, _resnet_sets(tmp_path / "ddp", "distributed.strategy=ddp", "precision=bf16"), timeout=300)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    s = summary(tmp_path / "ddp")
+    assert s["strategy"] == "ddp" and s["precision"] == "bf16" and math.isfinite(s["final_loss"])
+    fresh = _resnet()
+    _export_into(tmp_path / "ddp", fresh)  # no "module." prefix left from the DDP wrapper
+    assert _digest(fresh) == s["param_digest"]

@@ -11,6 +11,8 @@ import statistics
 import time
 import warnings
 
+import torch
+
 from rubin.platform import device as dev
 
 
@@ -61,8 +63,7 @@ class Telemetry:
         self._t0 = time.perf_counter()
         self._data = self._ckpt = 0.0
         self._steps = self._samples = 0
-        self._loss_sum = None  # a device tensor: summed without a host sync until we log
-        self._loss_n = 0
+        self._losses = []  # device tensors, summed at the log point: no host sync and no kernel per step
 
     # -- per step --------------------------------------------------------------------
     def add_data_time(self, s: float) -> None:
@@ -79,24 +80,24 @@ class Telemetry:
         self._steps += 1
         self._samples += samples
         if loss is not None:  # None for a step whose update was dropped (non-finite loss)
-            self._loss_sum = loss.detach() if self._loss_sum is None else self._loss_sum + loss.detach()
-            self._loss_n += 1
+            self._losses.append(loss.detach())
 
     def drop_losses(self) -> None:
         """Forget the interval's losses: a rollback undid the steps they came from."""
-        self._loss_sum, self._loss_n = None, 0
+        self._losses = []
 
     def _mean_loss(self) -> float | None:
         """Mean loss over the interval and over ranks (each rank saw its share of the global batch)."""
-        if self._loss_sum is None:
+        if not self._losses:
             return None
-        total = self._loss_sum.detach().float().reshape(1)
+        n = len(self._losses)
+        total = torch.stack(self._losses).float().sum().reshape(1)
         if self.info.world_size > 1:
             import torch.distributed as dist
 
             dist.all_reduce(total)
             total = total / self.info.world_size
-        return float(total.item()) / self._loss_n
+        return float(total.item()) / n
 
     def due(self, step: int) -> bool:
         return step % self.cfg.telemetry.log_every_steps == 0

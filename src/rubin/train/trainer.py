@@ -222,18 +222,20 @@ class Trainer:
         cfg, loop, info, model, prec = self.cfg, self.loop, self.info, self.strategy.model, self.state.precision
         step = loop.step + 1
         self.faults.point("step", step)
-        loss_sum = torch.zeros((), device=info.device)
+        losses, n = [], len(batches)
         for m, (x, y) in enumerate(batches):
             x, y = x.to(info.device, non_blocking=True), y.to(info.device, non_blocking=True)
             self.faults.point(f"micro-{m}", step)  # inside the accumulation window
-            with self.strategy.no_sync(m == len(batches) - 1):
+            with self.strategy.no_sync(m == n - 1):
                 self.faults.beat(step, "forward")
                 with prec.autocast():
-                    loss = self.objective(model, x, y) / len(batches)
+                    loss = self.objective(model, x, y)
+                    loss = loss / n if n > 1 else loss  # no extra kernel (and backward node) without accumulation
                 loss = self.faults.corrupt_loss(loss, step)
                 self.faults.beat(step, "backward")
                 prec.backward(loss)
-            loss_sum += loss.detach()
+            losses.append(loss.detach())
+        loss_sum = losses[0] if n == 1 else torch.stack(losses).float().sum()
         self.faults.beat(step, "optimizer")
         prec.unscale(self.optimizer)
         grad_norm = self.strategy.grad_norm_and_clip(cfg.optim.grad_clip)
