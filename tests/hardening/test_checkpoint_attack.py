@@ -119,6 +119,20 @@ def test_unreadable_newest_checkpoint_falls_back_with_a_line(tmp_path, straight)
     assert summary(run)["param_digest"] == straight
 
 
+@pytest.mark.parametrize("name", ["model.pt", mf.COMMITTED, mf.MANIFEST])
+def test_fifo_in_a_checkpoint_falls_back_instead_of_blocking(tmp_path, straight, name):
+    """Opening a FIFO for reading blocks until a writer comes: verify and resume must never open one."""
+    run = _crashed_at_9(tmp_path)
+    (step_dir(run, 8) / name).unlink()
+    os.mkfifo(step_dir(run, 8) / name)
+    v = rubin(["checkpoint", "verify", run], timeout=120)  # a hang fails here on the timeout
+    assert v.returncode == 3 and "internal error" not in v.stderr and "step        8  INVALID" in v.stdout
+    p = rubin(["train", *mlp_args(run, 8)], timeout=180)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "checkpoint step 8 is invalid, skipped" in p.stdout + p.stderr
+    assert summary(run)["param_digest"] == straight
+
+
 def test_all_checkpoints_bad_refuses_fresh_start_unless_force(tmp_path):
     run = _crashed_at_9(tmp_path)
     for step in (4, 8):

@@ -105,6 +105,9 @@ def check(dcp_dir: str | Path) -> list[str]:
         if target.parent != dcp_dir.resolve():
             problems.append(f"dcp entry {fqn!r} points outside its folder ({rel!r})")
             continue
+        if not target.is_file():  # missing, or a FIFO or device that would block or never end
+            problems.append(f"dcp entry {fqn!r}: {rel} is not a regular file")
+            continue
         try:
             with open(target, "rb") as f:
                 f.seek(int(info.offset))

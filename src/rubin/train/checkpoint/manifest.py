@@ -105,6 +105,8 @@ def _pickle_problems(folder: Path, files: dict) -> list[str]:
     for rel in sorted(files):
         if not rel.endswith(".pt") or "/" in rel:
             continue
+        if not (folder / rel).is_file():  # reported as missing already; a FIFO would block the open forever
+            continue
         try:
             try:
                 torch.load(folder / rel, map_location="cpu", weights_only=True, mmap=True)
@@ -148,6 +150,8 @@ def signature_problems(marker, manifest: bytes) -> list[str]:
 
 
 def read(folder: Path) -> dict | None:
+    if not (Path(folder) / MANIFEST).is_file():
+        return None
     try:
         with open(Path(folder) / MANIFEST, "rb") as f:
             data = json.load(f)
@@ -173,6 +177,9 @@ def _verify(folder: Path, hashes: bool) -> list[str]:
         return [f"{folder} is not a directory"]
     problems: list[str] = []
     recorded, marker = None, None
+    for name in (COMMITTED, MANIFEST):  # a FIFO in their place would block the read forever
+        if (folder / name).exists() and not (folder / name).is_file():
+            return [f"{name} is not a regular file"]
     try:
         marker = json.loads((folder / COMMITTED).read_bytes())
         recorded = marker.get("manifest_sha256") if isinstance(marker, dict) else None
