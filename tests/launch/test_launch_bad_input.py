@@ -14,7 +14,8 @@ def cfg(tmp_path):
     return write_config(tmp_path / "train.yaml", tmp_path / "run")
 
 
-def _refused(tmp_path, args, *expect):
+def assert_refused(tmp_path, args, *expect):
+    """Assert that the launch is refused: exit 2, one error line holding each EXPECT, nothing written."""
     out = tmp_path / "job.out"
     r = invoke(["launch", *map(str, args), "--out", out])
     assert r.exit_code == 2, r.stderr
@@ -29,22 +30,23 @@ def _refused(tmp_path, args, *expect):
 
 
 def test_unknown_target(tmp_path, cfg):
-    line = _refused(tmp_path, ["slrum", cfg, "--dry-run"], "TARGET='slrum'", "did you mean 'slurm'", "local, slurm, k8s, azureml, skypilot")
-    assert line
+    assert_refused(tmp_path, ["slrum", cfg, "--dry-run"], "TARGET='slrum'", "did you mean 'slurm'",
+                   "local, slurm, k8s, azureml, skypilot")
 
 
 def test_zero_nodes(tmp_path, cfg):
-    _refused(tmp_path, ["slurm", cfg, "--dry-run", "--nodes", "0"], "launch.nodes=0", "greater than or equal to 1")
+    assert_refused(tmp_path, ["slurm", cfg, "--dry-run", "--nodes", "0"], "launch.nodes=0", "greater than or equal to 1")
 
 
 def test_unknown_launch_key_suggests(tmp_path, cfg):
-    _refused(tmp_path, ["k8s", cfg, "--dry-run", "--set", "launch.gpus_per_nod=2"], "launch.gpus_per_nod", "did you mean 'gpus_per_node'")
+    assert_refused(tmp_path, ["k8s", cfg, "--dry-run", "--set", "launch.gpus_per_nod=2"], "launch.gpus_per_nod",
+                   "did you mean 'gpus_per_node'")
 
 
 def test_unknown_key_in_launch_file(tmp_path, cfg):
     lf = tmp_path / "launch.yaml"
     lf.write_text("launch:\n  partitoin: gpu\n")
-    _refused(tmp_path, ["slurm", cfg, "--dry-run", "--launch", lf], "launch.partitoin", "did you mean 'partition'")
+    assert_refused(tmp_path, ["slurm", cfg, "--dry-run", "--launch", lf], "launch.partitoin", "did you mean 'partition'")
 
 
 def test_gpus_per_node_above_partition(tmp_path, cfg, monkeypatch):
@@ -54,7 +56,7 @@ def test_gpus_per_node_above_partition(tmp_path, cfg, monkeypatch):
     (bin_dir / "sinfo").write_text("#!/bin/sh\necho 'gpu:h100:8(S:0-1)'\n")
     (bin_dir / "sinfo").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    _refused(tmp_path, ["slurm", cfg, "--dry-run", "--set", "launch.accelerator=gpu", "--gpus-per-node", "16",
+    assert_refused(tmp_path, ["slurm", cfg, "--dry-run", "--set", "launch.accelerator=gpu", "--gpus-per-node", "16",
                         "--set", "launch.partition=gpu"], "launch.gpus_per_node=16", "offers 8 per node")
     r = invoke(["launch", "slurm", cfg, "--dry-run", "--set", "launch.accelerator=gpu", "--gpus-per-node", "8"])
     assert r.exit_code == 0 and "#SBATCH --gpus-per-node=8" in r.stdout, r.stderr
@@ -67,7 +69,7 @@ def test_gpus_per_node_above_partition(tmp_path, cfg, monkeypatch):
 ])
 def test_node_local_run_dir_with_several_nodes(tmp_path, target, extra):
     cfg = write_config(tmp_path / "train.yaml", "/tmp/rubin-node-local-run")
-    _refused(tmp_path, [target, cfg, "--dry-run", "--nodes", "2", *extra], "node-local", "launch.nodes=2")
+    assert_refused(tmp_path, [target, cfg, "--dry-run", "--nodes", "2", *extra], "node-local", "launch.nodes=2")
 
 
 def test_node_local_run_dir_is_fine_on_one_node_and_on_shared_mounts(tmp_path):
@@ -82,11 +84,11 @@ def test_missing_scheduler_cli(tmp_path, cfg, monkeypatch):
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    line = _refused(tmp_path, ["k8s", cfg, "--set", "launch.image=img:1"], "kubectl is not installed", "install kubectl", "--dry-run")
+    line = assert_refused(tmp_path, ["k8s", cfg, "--set", "launch.image=img:1"], "kubectl is not installed", "install kubectl", "--dry-run")
     assert "kubectl" in line
-    _refused(tmp_path, ["slurm", cfg], "sbatch is not installed")
-    _refused(tmp_path, ["azureml", cfg, "--set", "launch.image=img:1", "--set", "launch.compute=c"], "az is not installed")
-    _refused(tmp_path, ["skypilot", cfg], "sky is not installed")
+    assert_refused(tmp_path, ["slurm", cfg], "sbatch is not installed")
+    assert_refused(tmp_path, ["azureml", cfg, "--set", "launch.image=img:1", "--set", "launch.compute=c"], "az is not installed")
+    assert_refused(tmp_path, ["skypilot", cfg], "sky is not installed")
 
 
 @pytest.mark.parametrize("args,expect", [
@@ -98,14 +100,14 @@ def test_missing_scheduler_cli(tmp_path, cfg, monkeypatch):
     (["--set", f"launch.secrets={{HF_TOKEN: {{k8s: {PLANTED}}}}}"], "not a Kubernetes secret reference"),
 ])
 def test_inline_secret_refused_and_never_echoed(tmp_path, cfg, args, expect):
-    line = _refused(tmp_path, ["k8s", cfg, "--dry-run", "--set", "launch.image=img:1", *args], expect)
+    line = assert_refused(tmp_path, ["k8s", cfg, "--dry-run", "--set", "launch.image=img:1", *args], expect)
     assert PLANTED not in line and "sig=AbC" not in line
 
 
 def test_secret_without_target_reference(tmp_path, cfg):
-    _refused(tmp_path, ["k8s", cfg, "--dry-run", "--set", "launch.image=img:1", "--set", "launch.secrets={HF_TOKEN: null}"],
+    assert_refused(tmp_path, ["k8s", cfg, "--dry-run", "--set", "launch.image=img:1", "--set", "launch.secrets={HF_TOKEN: null}"],
              "launch.secrets.HF_TOKEN has no k8s reference", "SECRET/KEY")
-    _refused(tmp_path, ["azureml", cfg, "--dry-run", "--set", "launch.image=img:1", "--set", "launch.compute=c",
+    assert_refused(tmp_path, ["azureml", cfg, "--dry-run", "--set", "launch.image=img:1", "--set", "launch.compute=c",
                         "--set", "launch.secrets={HF_TOKEN: {k8s: hf/token}}"], "no key_vault reference")
 
 
@@ -116,17 +118,17 @@ def test_secret_missing_from_submitting_shell(tmp_path, cfg, monkeypatch):
     (bin_dir / "sbatch").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("RUBIN_TEST_TOKEN", raising=False)
-    _refused(tmp_path, ["slurm", cfg, "--set", "launch.secrets={RUBIN_TEST_TOKEN: null}"], "RUBIN_TEST_TOKEN is not set")
+    assert_refused(tmp_path, ["slurm", cfg, "--set", "launch.secrets={RUBIN_TEST_TOKEN: null}"], "RUBIN_TEST_TOKEN is not set")
 
 
 def test_grace_shorter_than_the_save_allowance(tmp_path, cfg):
-    _refused(tmp_path, ["slurm", cfg, "--dry-run", "--set", "launch.grace_s=10", "--set", "checkpoint.preemption_grace_s=25"],
+    assert_refused(tmp_path, ["slurm", cfg, "--dry-run", "--set", "launch.grace_s=10", "--set", "checkpoint.preemption_grace_s=25"],
              "launch.grace_s=10", "checkpoint.preemption_grace_s=25")
 
 
 def test_time_limit(tmp_path, cfg):
-    _refused(tmp_path, ["slurm", cfg, "--dry-run", "--set", "launch.time_limit=soon"], "launch.time_limit='soon'", "HH:MM:SS")
-    _refused(tmp_path, ["slurm", cfg, "--dry-run", "--set", "launch.time_limit=30s"], "not longer than the grace period")
+    assert_refused(tmp_path, ["slurm", cfg, "--dry-run", "--set", "launch.time_limit=soon"], "launch.time_limit='soon'", "HH:MM:SS")
+    assert_refused(tmp_path, ["slurm", cfg, "--dry-run", "--set", "launch.time_limit=30s"], "not longer than the grace period")
 
 
 def test_existing_out_file_is_not_clobbered(tmp_path, cfg):
@@ -153,6 +155,6 @@ def test_local_gpu_launch_needs_the_gpus_here(tmp_path, cfg):
     from rubin.platform import nvml_fake
 
     with nvml_fake.install({"devices": [{"nvmlDeviceGetName": "NVIDIA H100 80GB HBM3"}]}):
-        _refused(tmp_path, ["local", cfg, "--set", "launch.accelerator=gpu", "--nodes", "2"], "need 2, and it has 1",
+        assert_refused(tmp_path, ["local", cfg, "--set", "launch.accelerator=gpu", "--nodes", "2"], "need 2, and it has 1",
                  "launch.accelerator=cpu")
         check_local_gpus(resolve("local", str(cfg), ["launch.accelerator=gpu"]))  # one GPU asked, one there: no error
