@@ -14,7 +14,9 @@ SGD rather than AdamW because Adam normalizes the gradient, which hides a clippi
     python benchmarks/verify_power.py [--out DIR] [--seeds 12] [--first-seed 0] [--variant-seeds 6] [--variant-first-seed 100]
 
 Each change is trained on --variant-seeds seeds; every comparison draws its own 3 of them and its own
-baseline triplet, so one lucky or unlucky triplet on either side cannot decide a whole row.
+baseline triplet, so one lucky or unlucky triplet on either side cannot decide a whole row. The draws
+share one pool of seeds, so a rate is the average over that pool's triplets, not over new trainings:
+check a rule change on a fresh pool (--first-seed, --variant-first-seed) before trusting it.
 
 Runs are cached in --out (a finished run dir is reused), so a rerun only re-verifies.
 """
@@ -27,6 +29,7 @@ import random
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 BASE = {
@@ -73,10 +76,9 @@ def main() -> None:
     ap.add_argument("--out", default="runs/verify-power", help="where the runs go (reused when rerun)")
     ap.add_argument("--seeds", type=int, default=12, help="baseline seeds (benign pairs are drawn from them)")
     ap.add_argument("--first-seed", type=int, default=0, help="first baseline seed: a fresh range checks rules tuned on another")
-    ap.add_argument("--pairs", type=int, default=12, help="benign seed pairs (3 against 3 disjoint seeds)")
     ap.add_argument("--variant-seeds", type=int, default=6, help="seeds trained per change (each comparison draws 3)")
     ap.add_argument("--variant-first-seed", type=int, default=100, help="first seed of the changes' runs")
-    ap.add_argument("--comparisons", type=int, default=6, help="comparisons per change, each with its own two triplets")
+    ap.add_argument("--comparisons", type=int, default=200, help="comparisons per row, each with its own two triplets")
     ap.add_argument("--rules", help="rules file to measure instead of the defaults")
     args = ap.parse_args()
     out = Path(args.out)
@@ -91,42 +93,47 @@ def main() -> None:
     others = {v: [train(out, v, s) for s in vs] for v in VARIANTS if v != "base"}
     train_s = time.perf_counter() - t0
 
+    from rubin.verify.inputs import load_run
+
+    base = [load_run(d) for d in base]  # loaded once: every comparison below reuses them
+    others = {v: [load_run(d) for d in ds] for v, ds in others.items()}
     rng = random.Random(0)
-    triplets = [tuple(rng.sample(range(args.seeds), 6)) for _ in range(args.pairs)]
-    print(f"\nworkload: MLP 2x64 on digits, SGD lr 0.05, batch 64, clip 0.5, 120 steps; {len(base)} baseline seeds, "
-          f"{args.variant_seeds} seeds per change; training took {train_s / 60:.1f} min\n")
-    rows = []
+    print(f"\nworkload: MLP 2x64 on digits, SGD lr 0.05, batch 64, clip 0.5, 120 steps; {len(base)} baseline seeds "
+          f"({args.first_seed}-{args.first_seed + args.seeds - 1}), {args.variant_seeds} seeds per change "
+          f"({vs.start}-{vs.stop - 1}); training took {train_s / 60:.1f} min")
+    print(f"each row: {args.comparisons} comparisons of 3 seeds against 3, each drawing its own triplets from those pools\n")
 
-    def judge(name, kind, b_idx, new_dirs):
-        r = verify([base[i] for i in b_idx], new_dirs, rules=rules, method="statistical")
+    def judge(b_runs, new_runs):
+        r = verify(b_runs, new_runs, rules=rules, method="statistical")
         failed = [c for c in r["checks"] if c["verdict"] == "fail"]
-        direction = "; ".join(f"{c['name']}: {c['numbers'].get('direction') or _env_dir(c)}" for c in failed)
-        rows.append((name, kind, r["verdict"], direction, r["reason"]))
-        return r["verdict"]
+        return r["verdict"], [(c["name"], c["numbers"].get("direction") or _env_dir(c)) for c in failed]
 
-    benign_flags = []
-    for t in triplets:
-        v = judge("seeds", "benign", t[:3], [base[i] for i in t[3:]])
-        benign_flags.append(v == "fail")
-    base_triplets = [tuple(rng.sample(range(args.seeds), 3)) for _ in range(args.comparisons)]
-    new_triplets = [rng.sample(range(args.variant_seeds), 3) for _ in range(args.comparisons)]
+    print(f"{'change':24} {'kind':8} {'fail':>5} {'incon.':>6} {'pass':>5}  checks that failed (direction)")
+    summary = {}
     for name, (_, _, kind) in VARIANTS.items():
-        if name == "base":
-            continue
-        verdicts = [judge(name, kind, bt, [others[name][i] for i in nt]) for bt, nt in zip(base_triplets, new_triplets)]
-        if kind == "benign":
-            benign_flags += [v == "fail" for v in verdicts]
-    print(f"{'change':24} {'kind':8} {'verdict':13} failed checks (direction)")
-    for name, kind, verdict, direction, _ in rows:
-        print(f"{name:24} {kind:8} {verdict:13} {direction}")
-    print(f"\nfalse alarms: {sum(benign_flags)} of {len(benign_flags)} benign comparisons "
-          f"({len(triplets)} seed pairs + bf16 and 2-rank DDP against {len(base_triplets)} baseline triplets each)")
-    for name, (_, _, kind) in VARIANTS.items():
+        results = []
+        for _ in range(args.comparisons):
+            if name == "base":  # benign seed pairs: 6 distinct baseline seeds, 3 against 3
+                six = rng.sample(base, 6)
+                results.append(judge(six[:3], six[3:]))
+            else:
+                results.append(judge(rng.sample(base, 3), rng.sample(others[name], 3)))
+        verdicts = Counter(v for v, _ in results)
+        fired = Counter(f"{c} ({d})" for _, fs in results for c, d in fs)
+        label = "seed pairs" if name == "base" else name
+        summary[label] = (kind if name != "base" else "benign", verdicts)
+        print(f"{label:24} {summary[label][0]:8} {verdicts['fail']:>5} {verdicts['inconclusive']:>6} {verdicts['pass']:>5}  "
+              + ", ".join(f"{k} {n}" for k, n in fired.most_common()), flush=True)
+    n = args.comparisons
+    benign = [v for kind, v in summary.values() if kind == "benign"]
+    fa = sum(v["fail"] for v in benign)
+    print(f"\nfalse alarms: {fa} of {n * len(benign)} benign comparisons ({100 * fa / (n * len(benign)):.1f}%; "
+          f"seed pairs {summary['seed pairs'][1]['fail']}/{n}, bf16 {summary['bf16'][1]['fail']}/{n}, "
+          f"2-rank DDP {summary['ddp2'][1]['fail']}/{n})")
+    for label, (kind, v) in summary.items():
         if kind == "harmful":
-            got = [r for r in rows if r[0] == name]
-            hit = sum(r[2] == "fail" for r in got)
-            print(f"detected {name}: {hit} of {len(got)} (3 seeds a side, drawn from new seeds {vs.start}-{vs.stop - 1} and "
-                  f"baseline seeds {args.first_seed}-{args.first_seed + args.seeds - 1})")
+            print(f"detected {label}: {v['fail']} of {n} ({100 * v['fail'] / n:.1f}%), inconclusive {v['inconclusive']}, "
+                  f"passed {v['pass']}")
     print(f"\nrules: {'defaults' if not args.rules else args.rules}; machine: {os.cpu_count()} CPU cores; "
           f"total {(time.perf_counter() - t0) / 60:.1f} min")
 

@@ -68,6 +68,10 @@ def test_statistical_flags_a_learning_rate_too_low(runs):
     assert out["method"] == "statistical" and out["verdict"] == "fail"
     env = next(c for c in out["checks"] if c["name"] == "envelope")
     assert env["verdict"] == "fail" and env["numbers"]["above"] > env["numbers"]["below"]  # higher loss: converges slower
+    # The final eval loss is tested beside accuracy, with Student's t over 3 + 3 seeds (df 4).
+    loss = next(c for c in out["checks"] if c["name"] == "final_eval_loss")
+    assert loss["verdict"] == "fail" and loss["numbers"]["direction"] == "worse"
+    assert loss["numbers"]["test"] == "student" and loss["numbers"]["df"] == 4
     assert {"key": "optim.lr", "baseline": 0.03, "new": 0.001} in out["config_diff"]
     lines = r.stderr.strip().splitlines()
     assert lines and all(line.startswith("rollback recommended: ") for line in lines)

@@ -78,3 +78,39 @@ def test_against_scipy_where_installed():
     ref = scipy_stats.ttest_ind(b, a, equal_var=False)
     assert ours.t == pytest.approx(ref.statistic, rel=1e-9)
     assert ours.p == pytest.approx(ref.pvalue, rel=1e-7)
+
+
+def test_student_worked_example():
+    # Hand-worked: base 1, 2, 3 (mean 2, var 1); new 4, 5, 6 (mean 5, var 1); pooled var 1,
+    # se = sqrt(1/3 + 1/3) = 0.8165, t = 3 / 0.8165 = 3.674, df = 4: between the 0.05 (2.776) and
+    # 0.01 (4.604) columns of the t table.
+    r = stats.student([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    assert r.method == "student" and r.df == 4
+    assert r.se == pytest.approx(math.sqrt(2 / 3))
+    assert r.t == pytest.approx(3 / math.sqrt(2 / 3))
+    assert 0.01 < r.p < 0.05
+
+
+def test_student_keeps_the_degrees_of_freedom_welch_loses():
+    # Three seeds a side with unequal spreads: Welch's df falls toward 2, Student's stays at 4,
+    # and the same difference is significant at 0.05 for Student only.
+    base, new = [1.0, 1.2, 1.4], [1.55, 1.6, 1.65]
+    s, w = stats.student(base, new), stats.welch(base, new)
+    assert s.df == 4 and w.df < 2.5
+    assert s.p < 0.05 < w.p
+    assert stats.ttest(base, new, "welch") == w and stats.ttest(base, new) == s
+
+
+def test_resolvable_is_the_smallest_significant_difference():
+    r = stats.student([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    # At 0.05 and df 4 the critical t is 2.776: a difference of 2.776 * se would give p = 0.05 exactly.
+    assert r.resolvable(0.05) == pytest.approx(2.776 * math.sqrt(2 / 3), rel=1e-3)
+    assert stats.t_two_sided_p(r.resolvable(0.05) / r.se, r.df) == pytest.approx(0.05, rel=1e-6)
+
+
+def test_student_against_scipy_where_installed():
+    scipy_stats = pytest.importorskip("scipy.stats", reason="scipy is not a rubin dependency; the worked example above stands alone")
+    a, b = [0.91, 0.90, 0.93, 0.89], [0.86, 0.88, 0.85]
+    ours, ref = stats.student(a, b), scipy_stats.ttest_ind(b, a, equal_var=True)
+    assert ours.t == pytest.approx(ref.statistic, rel=1e-9)
+    assert ours.p == pytest.approx(ref.pvalue, rel=1e-7)

@@ -124,9 +124,10 @@ def resolve_metric(runs, name: str):
     return name, not any(w in name for w in ("loss", "perplexity", "error"))
 
 
-def _judge(name, rule, what, base, new, tol_pct, rules, *, unit="", better_word=("better", "worse"), higher_better=True, f=fmt):
+def _judge(name, rule, what, base, new, tol_pct, rules, shared, *, unit="", better_word=("better", "worse"), higher_better=True,
+           f=fmt):
     ob, on = stats.olympic(base), stats.olympic(new)
-    test = stats.welch(ob, on)
+    test = stats.ttest(ob, on, rules.t_test)
     mb = stats.mean(ob)
     change = 100 * test.diff / abs(mb) if mb else (0.0 if test.diff == 0 else math.inf)
     olympic = " (olympic: best and worst dropped)" if len(ob) < len(base) or len(on) < len(new) else ""
@@ -135,19 +136,37 @@ def _judge(name, rule, what, base, new, tol_pct, rules, *, unit="", better_word=
                 change_pct=change, p=test.p, t=test.t, df=test.df, test=test.method, tolerance_pct=tol_pct, olympic=bool(olympic))
     text = (f"{what} {f(stats.mean(on))}{unit} against {spread(ob, f)}{olympic} "
             f"({change:+.1f}%, p={test.p:.3g})")
-    # The verdict fails when either t-test (final metric, steps-to-target) rejects, so they share alpha
-    # (Bonferroni): each tests at alpha / 2 and the false-alarm rate of the pair stays at alpha.
-    level = rules.alpha / 2
-    significant = test.p < level
-    if significant and abs(change) > tol_pct:
+    # The verdict fails when any of its t-tests rejects, so they share alpha (Bonferroni): each of the
+    # ``shared`` tests uses alpha / shared and a benign change fails one of them at most alpha of the time.
+    level = rules.alpha / shared
+    resolvable = 100 * test.resolvable(level) / abs(mb) if mb else math.inf
+    nums["resolvable_pct"] = resolvable
+    if abs(change) <= tol_pct:
+        return check(name, rule, "pass", f"within {tol_pct:g}%: {text}", direction=word if test.diff else "same", **nums)
+    if test.p < level:
         return check(name, rule, "fail", f"new is {abs(change):.0f}% {word}: {text}", direction=word, **nums)
-    if not significant and abs(change) > tol_pct:
-        return check(name, rule, "inconclusive", f"new looks {abs(change):.0f}% {word} but it is not significant at "
-                     f"{level:g} (alpha {rules.alpha:g} shared by two tests): {text}; run more seeds (3+ a side)", direction=word, **nums)
-    return check(name, rule, "pass", f"within {tol_pct:g}%: {text}", direction=word if test.diff else "same", **nums)
+    if test.p < rules.alpha:
+        # Significant on its own, not at its share of alpha: the evidence leans, and more seeds settle it.
+        return check(name, rule, "inconclusive", f"new looks {abs(change):.0f}% {word}: {text}; significant at {rules.alpha:g} "
+                     f"alone, not at {level:.3g} (its share of alpha over {shared} tests); run more seeds", direction=word, **nums)
+    return check(name, rule, "pass", f"no significant change: {text}; these seeds resolve changes of "
+                 f"±{resolvable:.0f}% or more", direction=word if test.diff else "same", **nums)
 
 
-def final_metric(base_runs, new_runs, rules) -> dict:
+def t_tests(base_runs, new_runs, rules) -> list[dict]:
+    """Final metric, final eval loss (when the metric is another one) and steps-to-target, sharing alpha."""
+    metric, _ = resolve_metric(base_runs + new_runs, rules.metric)
+    last = [r.evals[-1] for r in base_runs + new_runs if r.evals]
+    with_loss = metric not in (None, "eval_loss") and len(last) == len(base_runs + new_runs) and all(
+        isinstance(e.get("eval_loss"), (int, float)) for e in last)
+    shared = 3 if with_loss else 2
+    out = [final_metric(base_runs, new_runs, rules, shared)]
+    if with_loss:
+        out.append(final_eval_loss(base_runs, new_runs, rules, shared))
+    return out + [steps_to_target(base_runs, new_runs, rules, shared)]
+
+
+def final_metric(base_runs, new_runs, rules, shared=2) -> dict:
     metric, hb = resolve_metric(base_runs + new_runs, rules.metric)
     if metric is None or hb is None:
         why = "no eval.jsonl on every run" if metric is None else f"metric {metric!r} is not in every run's last eval"
@@ -156,7 +175,17 @@ def final_metric(base_runs, new_runs, rules) -> dict:
     base = [r.evals[-1][metric] for r in base_runs]
     new = [r.evals[-1][metric] for r in new_runs]
     return _judge("final_metric", "final_metric_max_change_pct", f"final {metric}", base, new, rules.final_metric_max_change_pct,
-                  rules, higher_better=hb) | {"metric": metric}
+                  rules, shared, higher_better=hb) | {"metric": metric}
+
+
+def final_eval_loss(base_runs, new_runs, rules, shared) -> dict:
+    """The last eval loss beside an accuracy-like metric. Accuracy moves in steps of 1/eval-samples and
+    saturates; the loss keeps the model's confidence, so it separates a changed convergence from seed
+    noise with fewer seeds (on the reference workload: 4 seed sds for lr 2x, against 2.6 for accuracy)."""
+    base = [r.evals[-1]["eval_loss"] for r in base_runs]
+    new = [r.evals[-1]["eval_loss"] for r in new_runs]
+    return _judge("final_eval_loss", "final_eval_loss_max_change_pct", "final eval_loss", base, new,
+                  rules.final_eval_loss_max_change_pct, rules, shared, higher_better=False) | {"metric": "eval_loss"}
 
 
 def _reach(run, metric, target, hb):
@@ -175,7 +204,7 @@ def _reach(run, metric, target, hb):
     return None
 
 
-def steps_to_target(base_runs, new_runs, rules) -> dict:
+def steps_to_target(base_runs, new_runs, rules, shared=2) -> dict:
     name, rule = "steps_to_target", "steps_to_target_max_change_pct"
     metric, hb = resolve_metric(base_runs + new_runs, rules.metric)
     if metric is None or hb is None:
@@ -198,10 +227,9 @@ def steps_to_target(base_runs, new_runs, rules) -> dict:
         return check(name, rule, "fail", f"new converges slower: {missed} of {len(new)} new runs never reach {metric} {fmt(target)} "
                      f"(baseline: step {spread(base, lambda x: f'{x:,.0f}')})",
                      direction="slower", target=target, metric=metric, baseline=base, new=new)
-    return _judge(name, rule, "steps-to-target", base, new, rules.steps_to_target_max_change_pct, rules,
+    return _judge(name, rule, "steps-to-target", base, new, rules.steps_to_target_max_change_pct, rules, shared,
                   unit=f" (to {metric} {fmt(target)})", better_word=("slower", "faster"), higher_better=True,
-                  f=lambda x: f"{x:,.0f}") | {"target": target,
-                                                                                                               "metric": metric}
+                  f=lambda x: f"{x:,.0f}") | {"target": target, "metric": metric}
 
 
 def events(new_runs, rules) -> list[dict]:

@@ -104,7 +104,7 @@ def verify(baseline, new, *, rules: Rules | None = None, method: str = "auto") -
         env_check, fig = checks.envelope(base_runs, new_runs, rules)
         result["figure"] = fig
         if chosen == "statistical":
-            cs += [env_check, checks.final_metric(base_runs, new_runs, rules), checks.steps_to_target(base_runs, new_runs, rules)]
+            cs += [env_check, *checks.t_tests(base_runs, new_runs, rules)]
     cs += checks.events(new_runs, rules)
     b, n = result["baseline"]["samples_per_s"], result["new"]["samples_per_s"]
     speedup = n["median"] / b["median"] if b and n and b["median"] else None
@@ -126,11 +126,10 @@ def verify(baseline, new, *, rules: Rules | None = None, method: str = "auto") -
     verdicts = [c["verdict"] for c in cs]
     result["verdict"] = "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts else "pass"
     # The reason leads with the most telling check: convergence speed, then the final metric, then the curve.
-    order = ("steps_to_target", "final_metric", "exact", "curve", "envelope")
+    order = ("steps_to_target", "final_metric", "final_eval_loss", "exact", "curve", "envelope")
     ranked = sorted(cs, key=lambda c: order.index(c["name"]) if c["name"] in order else len(order))
     lead = next((c for c in ranked if c["verdict"] == result["verdict"]), None) if result["verdict"] != "pass" else None
-    result["reason"] = lead["reason"] if lead else "; ".join(c["reason"] for c in cs if c["name"] in ("exact", "curve", "final_metric",
-                                                                                                    "steps_to_target"))
+    result["reason"] = lead["reason"] if lead else "; ".join(c["reason"] for c in cs if c["name"] in order[:-1])
     result["rollback"] = [rollback_line(c, rules) for c in cs if c["verdict"] == "fail"]
     return result
 

@@ -92,7 +92,8 @@ def load_run(path) -> Run:
 
 
 def load_side(paths, side: str) -> list[Run]:
-    runs = [load_run(x) for x in paths]
+    """Run dirs (or already loaded runs) of one side, checked to be seeds of one config."""
+    runs = [x if isinstance(x, Run) else load_run(x) for x in paths]
     seen = {}
     for r in runs:
         key = r.path.resolve()

@@ -14,7 +14,8 @@ DEFAULTS = Path(__file__).with_name("rules_default.yaml")
 
 class Rules(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    alpha: float = Field(gt=0, lt=0.5, description="significance level of the t-tests")
+    alpha: float = Field(gt=0, lt=0.5, description="significance level of the t-tests together")
+    t_test: Literal["student", "welch"] = Field(description="student (one pooled variance) or welch")
     metric: str = Field(description="eval metric to compare: auto, accuracy, eval_loss, or any logged eval key")
     smoothing_steps: int = Field(ge=1, description="trailing mean window on loss curves")
     curve_tolerance_pct: float = Field(gt=0, description="curve method: max relative loss difference per step, %")
@@ -22,6 +23,7 @@ class Rules(BaseModel):
     envelope_widen_by_range: float = Field(ge=0, description="also widen the envelope by this multiple of its min-max width")
     envelope_max_outside_pct: float = Field(ge=0, le=100, description="share of steps the new curve may spend outside, %")
     final_metric_max_change_pct: float = Field(ge=0, description="largest significant change of the final metric, %")
+    final_eval_loss_max_change_pct: float = Field(ge=0, description="largest significant change of the final eval loss, %")
     steps_to_target_max_change_pct: float = Field(ge=0, description="largest significant change of steps-to-target, %")
     target: Union[Literal["auto"], float] = Field(description="metric value for steps-to-target, or auto")
     max_nan_events: int = Field(ge=0)
