@@ -278,3 +278,29 @@ def test_socket_ifname_prefix_and_exclude_syntax():
     assert ifname_matches("=eth", ["eth0"]) == ["eth"]
     assert ifname_matches("^docker,lo", ["eth0"]) == []
     assert ifname_matches("ib,ens5", ["ib0"]) == ["ens5"]
+
+
+def test_gpu_checks_are_not_applicable_without_a_gpu_and_run_with_one():
+    from rubin.doctor.registry import all_checks, run_checks
+    from rubin.doctor.report import summary
+
+    gpu_only = {c.id for c in all_checks() if c.gpu}
+    assert {"driver.not_loaded", "gpu.ecc", "nvlink.down", "xid.events", "torch.cuda_unavailable"} <= gpu_only
+    # The healthy 8x H100 node: every GPU check ran and passed; none is "not applicable".
+    on_gpu = run_checks(healthy())
+    assert not [f for f in on_gpu if f.skipped]
+    assert gpu_only <= {f.id for f in on_gpu if f.severity == "ok"}
+    # A container without the GPU runtime sees the GPU on the PCI bus: the GPU checks apply there
+    # (driver.not_loaded explains the missing runtime).
+    cpu = probe_fixture("docker_no_runtime", nvml_json=None, run=runner(**{"nvidia-smi -L": None}))
+    assert "driver.not_loaded.container" in {f.id for f in run_checks(cpu)}
+    # The same host with no NVIDIA device on the bus either: a CPU machine.
+    cpu.driver.gpu_pci_devices = known(0, "t")
+    found = run_checks(cpu)
+    skipped = {f.id for f in found if f.skipped}
+    assert skipped == gpu_only
+    assert all(f.severity == "ok" and f.skipped == "no NVIDIA GPU on this machine" for f in found if f.skipped)
+    s = summary(found)
+    assert s["not_applicable"] == len(gpu_only) and s["ok"] == sum(f.severity == "ok" and not f.skipped for f in found)
+    # A GPU check that finds something on a machine without a GPU still reports it.
+    assert "system.cpu_only" in {f.id for f in found if f.severity == "info"}

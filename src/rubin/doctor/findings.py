@@ -19,6 +19,7 @@ class Finding:
     fix: list[str] = field(default_factory=list)  # commands to run, or steps
     gpu: int | None = None
     failed: bool = False  # the check itself raised: this is rubin's problem, not the machine's
+    skipped: str = ""  # why an "ok" check did not apply here (a GPU check on a machine without one)
 
     def __post_init__(self):
         if self.severity not in RANK:

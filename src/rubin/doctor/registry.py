@@ -1,7 +1,9 @@
 """The one list of checks. A check is a pure function ``Facts -> Finding | list[Finding] | None``.
 
 ``None`` or ``[]`` means "nothing wrong" and becomes one ``ok`` finding; a check that raises
-becomes a failed finding (severity warn, ``failed=True``) instead of crashing the report.
+becomes a failed finding (severity warn, ``failed=True``) instead of crashing the report. A check
+registered with ``gpu=True`` that finds nothing on a machine without an NVIDIA GPU is ``ok`` with
+``skipped`` set: "NVIDIA driver loaded: ok" on a CPU box would read as a GPU that passed.
 """
 
 from __future__ import annotations
@@ -21,19 +23,20 @@ class Check:
     title: str
     concept: str
     fn: Callable
+    gpu: bool = False  # it only means something where there is an NVIDIA GPU
 
 
 _CHECKS: dict[str, Check] = {}
 
 
-def check(id: str, title: str):
+def check(id: str, title: str, *, gpu: bool = False):
     """Register a check; its concept is the module it lives in."""
 
     def deco(fn):
         if id in _CHECKS:
             raise RuntimeError(f"duplicate check id {id!r}")
         concept = fn.__module__.rsplit(".", 1)[-1]
-        _CHECKS[id] = Check(id, title, concept, fn)
+        _CHECKS[id] = Check(id, title, concept, fn, gpu)
         return fn
 
     return deco
@@ -58,7 +61,10 @@ def run_check(c: Check, facts) -> list[Finding]:
     elif isinstance(out, Finding):
         out = [out]
     if not out:
-        return [Finding(id=c.id, check=c.id, severity="ok", title=c.title)]
+        from rubin.doctor.checks._common import nvidia_present
+
+        skipped = "no NVIDIA GPU on this machine" if c.gpu and not nvidia_present(facts) else ""
+        return [Finding(id=c.id, check=c.id, severity="ok", title=c.title, skipped=skipped)]
     return list(out)
 
 

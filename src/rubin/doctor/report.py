@@ -12,8 +12,9 @@ _ORDER = ("error", "warn", "info", "ok")
 def summary(findings: list[Finding]) -> dict:
     counts = {s: 0 for s in _ORDER}
     for f in findings:
-        counts[f.severity] += 1
-    return {"worst": worst(findings), **counts, "failed_checks": sum(f.failed for f in findings)}
+        counts[f.severity] += not f.skipped
+    return {"worst": worst(findings), **counts, "not_applicable": sum(bool(f.skipped) for f in findings),
+            "failed_checks": sum(f.failed for f in findings)}
 
 
 def build(facts, findings: list[Finding], *, n_checks: int, deep: list[Finding] | None = None, wall_s: float | None = None) -> dict:
@@ -83,12 +84,17 @@ def render(console, facts, findings: list[Finding], *, show_ok: bool = False, wa
             for fix in f.fix:
                 body.append("fix: ", style="bold green").append(fix + "\n")
             body.rstrip()  # in place
-            table.add_row(Text(sev.upper(), style=_STYLE[sev]), Text(f"{f.title}\n[{f.id}]"), body)
+            if f.skipped:
+                body.append(f"not applicable: {f.skipped}", style="dim")
+            label = Text("N/A", style="dim") if f.skipped else Text(sev.upper(), style=_STYLE[sev])
+            table.add_row(label, Text(f"{f.title}\n[{f.id}]"), body)
             shown += 1
     if shown:
         console.print(table)
     s = summary(findings)
     line = f"{s['error']} error(s), {s['warn']} warning(s), {s['info']} info, {s['ok']} ok"
+    if s["not_applicable"]:
+        line += f", {s['not_applicable']} not applicable (no NVIDIA GPU)"
     if s["failed_checks"]:
         line += f", {s['failed_checks']} check(s) failed to run"
     if wall_s is not None:
@@ -98,5 +104,5 @@ def render(console, facts, findings: list[Finding], *, show_ok: bool = False, wa
     if unk:
         name, why = unk[0]
         console.print(Text(f"{len(unk)} fact(s) could not be probed here, e.g. {name}: {why}", style="dim"))
-    if not show_ok and s["ok"]:
+    if not show_ok and (s["ok"] or s["not_applicable"]):
         console.print(Text("(--all shows the passing checks; --json gives every fact with its source)", style="dim"))

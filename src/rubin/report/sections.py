@@ -82,15 +82,19 @@ def doctor(data: dict, src: str) -> Section:
     s = Section("doctor", "Doctor: machine diagnosis", src)
     sm = data.get("summary") or {}
     worst = sm.get("worst", "ok")
-    level = {"ok": "pass", "info": "pass", "warning": "inconclusive"}.get(worst, "fail")
-    counts = ", ".join(f"{sm[k]} {k}" for k in sm if k not in ("worst", "failed_checks") and isinstance(sm[k], int))
+    level = {"ok": "pass", "info": "pass", "warn": "inconclusive"}.get(worst, "fail")
+    counts = ", ".join(f"{sm[k]} {k.replace('_', ' ')}" for k in sm if k not in ("worst", "failed_checks") and isinstance(sm[k], int))
     s.verdict(level, f"worst finding: {worst} ({counts}); {data.get('checks_run', '?')} checks on {data.get('host', '?')}")
     found = data.get("findings", [])
     s.table(("severity", "finding", "evidence", "fix"),
             [(f["severity"], f["title"], f.get("evidence", ""), "; ".join(f.get("fix") or [])) for f in found if f["severity"] != "ok"])
-    ok = [f["title"] for f in found if f["severity"] == "ok"]
+    ok = [f["title"] for f in found if f["severity"] == "ok" and not f.get("skipped")]
     if ok:  # passing checks in one paragraph: a reader scans for what is wrong
         s.p(f"{len(ok)} checks ok: {'; '.join(ok)}")
+    na = [f["title"] for f in found if f.get("skipped")]
+    if na:
+        why = next(f["skipped"] for f in found if f.get("skipped"))
+        s.p(f"{len(na)} checks not applicable ({why}): {'; '.join(na)}")
     return s
 
 

@@ -53,7 +53,7 @@ def driver_causes(facts) -> tuple[str, list[str], str]:
             "not_loaded")
 
 
-@check("driver.not_loaded", "NVIDIA driver loaded")
+@check("driver.not_loaded", "NVIDIA driver loaded", gpu=True)
 def not_loaded(facts):
     if not nvidia_present(facts) or not _driver_missing(facts):
         return None
@@ -90,7 +90,7 @@ def smi_failure(text: str) -> tuple[str, list[str]] | None:
     return None
 
 
-@check("driver.nvidia_smi", "nvidia-smi runs")
+@check("driver.nvidia_smi", "nvidia-smi runs", gpu=True)
 def nvidia_smi(facts):
     smi = facts.driver.nvidia_smi.get()
     if smi is None or (smi.error is not None and "not found" in smi.error):
@@ -110,7 +110,7 @@ def nvidia_smi(facts):
                    cause=cause, fix=fix)
 
 
-@check("driver.nvml_mismatch", "NVML library matches the kernel module")
+@check("driver.nvml_mismatch", "NVML library matches the kernel module", gpu=True)
 def nvml_mismatch(facts):
     d = facts.driver
     smi = d.nvidia_smi.get()
@@ -142,7 +142,7 @@ def nouveau(facts):
                         "sudo update-initramfs -u && sudo reboot"])
 
 
-@check("driver.uvm_missing", "/dev/nvidia-uvm present")
+@check("driver.uvm_missing", "/dev/nvidia-uvm present", gpu=True)
 def uvm_missing(facts):
     nodes = {n.path for n in facts.driver.dev_nodes.get([])}
     if not facts.driver.module_loaded.get(False) or not nodes or "/dev/nvidia-uvm" in nodes:
@@ -155,7 +155,7 @@ def uvm_missing(facts):
                         "in a container: restart it after fixing the host, the nodes are passed in at start"])
 
 
-@check("driver.dev_permissions", "GPU device nodes accessible")
+@check("driver.dev_permissions", "GPU device nodes accessible", gpu=True)
 def dev_permissions(facts):
     bad = [n for n in facts.driver.dev_nodes.get([]) if not n.accessible]
     if not bad:
@@ -170,7 +170,7 @@ def dev_permissions(facts):
                         "or restore the default udev rule / NVreg_DeviceFileMode=0666"])
 
 
-@check("system.video_group", "user in the video/render group")
+@check("system.video_group", "user in the video/render group", gpu=True)
 def video_group(facts):
     nodes = facts.driver.dev_nodes.get([])
     user = facts.system.user.get("")
@@ -187,7 +187,7 @@ def video_group(facts):
                    fix=[f"sudo usermod -aG {g},render {user}   # then log out and in (or `newgrp {g}`)"])
 
 
-@check("gpu.persistence", "persistence mode")
+@check("gpu.persistence", "persistence mode", gpu=True)
 def persistence(facts):
     off = [g for g in gpus(facts) if g.persistence_mode.get() is False]
     if not off:
@@ -199,7 +199,7 @@ def persistence(facts):
                    fix=["sudo systemctl enable --now nvidia-persistenced", "or `sudo nvidia-smi -pm 1` (until reboot)"])
 
 
-@check("gpu.fabric", "NVSwitch fabric registered")
+@check("gpu.fabric", "NVSwitch fabric registered", gpu=True)
 def fabric(facts):
     bad = [g for g in gpus(facts) if g.fabric_state.get() in ("not_started", "in_progress")]
     if not bad:
@@ -213,7 +213,7 @@ def fabric(facts):
                         "journalctl -u nvidia-fabricmanager for the error"])
 
 
-@check("driver.too_old_for_gpu", "driver new enough for the GPU architecture")
+@check("driver.too_old_for_gpu", "driver new enough for the GPU architecture", gpu=True)
 def too_old_for_gpu(facts):
     from rubin.doctor.checks._common import min_driver_for_cuda
 

@@ -20,7 +20,7 @@ def _env(facts) -> dict:
     return facts.environment.variables.get({}) or {}
 
 
-@check("env.cuda_visible_devices", "CUDA_VISIBLE_DEVICES names existing GPUs")
+@check("env.cuda_visible_devices", "CUDA_VISIBLE_DEVICES names existing GPUs", gpu=True)
 def cuda_visible_devices(facts):
     env = _env(facts)
     if "CUDA_VISIBLE_DEVICES" not in env or not facts.gpus.known:
@@ -51,7 +51,7 @@ def cuda_visible_devices(facts):
                         else "unset CUDA_VISIBLE_DEVICES"])
 
 
-@check("env.nccl_p2p_disable", "NCCL_P2P_DISABLE not set")
+@check("env.nccl_p2p_disable", "NCCL_P2P_DISABLE not set", gpu=True)
 def nccl_p2p(facts):
     v = _env(facts).get("NCCL_P2P_DISABLE")
     if v is None or v.strip().lower() not in _TRUE:
@@ -137,7 +137,7 @@ def omp_threads(facts):
     return None
 
 
-@check("env.alloc_conf", "PYTORCH_CUDA_ALLOC_CONF is valid")
+@check("env.alloc_conf", "PYTORCH_CUDA_ALLOC_CONF is valid", gpu=True)
 def alloc_conf(facts):
     env = _env(facts)
     var = "PYTORCH_CUDA_ALLOC_CONF" if "PYTORCH_CUDA_ALLOC_CONF" in env else "PYTORCH_ALLOC_CONF"
@@ -173,7 +173,7 @@ def master_addr(facts):
     return None
 
 
-@check("env.cuda_launch_blocking", "CUDA_LAUNCH_BLOCKING not left on")
+@check("env.cuda_launch_blocking", "CUDA_LAUNCH_BLOCKING not left on", gpu=True)
 def launch_blocking(facts):
     v = _env(facts).get("CUDA_LAUNCH_BLOCKING")
     if v is None or v.strip() in ("", "0"):

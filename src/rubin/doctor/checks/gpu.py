@@ -13,7 +13,7 @@ _BAD_THROTTLE = {"hw_slowdown": "error", "hw_thermal_slowdown": "error", "hw_pow
                  "sw_thermal_slowdown": "warn", "sw_power_cap": "warn"}
 
 
-@check("gpu.mig", "MIG mode")
+@check("gpu.mig", "MIG mode", gpu=True)
 def mig(facts):
     on = [g for g in gpus(facts) if g.mig_enabled.get() or g.mig_pending.get()]
     if not on:
@@ -26,7 +26,7 @@ def mig(facts):
                         "or, to use MIG on purpose: set CUDA_VISIBLE_DEVICES=MIG-<uuid> (one instance per process)"])
 
 
-@check("gpu.ecc", "ECC errors")
+@check("gpu.ecc", "ECC errors", gpu=True)
 def ecc(facts):
     out = []
     for g in gpus(facts):
@@ -51,7 +51,7 @@ def ecc(facts):
     return out
 
 
-@check("gpu.row_remap", "row remapping")
+@check("gpu.row_remap", "row remapping", gpu=True)
 def row_remap(facts):
     out = []
     for g in gpus(facts):
@@ -72,7 +72,7 @@ def row_remap(facts):
     return out
 
 
-@check("gpu.retired_pages", "retired memory pages")
+@check("gpu.retired_pages", "retired memory pages", gpu=True)
 def retired_pages(facts):
     out = []
     for g in gpus(facts):
@@ -88,7 +88,7 @@ def retired_pages(facts):
     return out
 
 
-@check("gpu.throttle", "clock throttling")
+@check("gpu.throttle", "clock throttling", gpu=True)
 def throttle(facts):
     out = []
     for g in gpus(facts):
@@ -110,7 +110,7 @@ def throttle(facts):
     return out
 
 
-@check("gpu.power_cap", "power limit at default")
+@check("gpu.power_cap", "power limit at default", gpu=True)
 def power_cap(facts):
     out = []
     for g in gpus(facts):
@@ -124,7 +124,7 @@ def power_cap(facts):
     return out
 
 
-@check("gpu.pcie", "PCIe link generation and width")
+@check("gpu.pcie", "PCIe link generation and width", gpu=True)
 def pcie(facts):
     out = []
     for g in gpus(facts):
@@ -150,7 +150,7 @@ def pcie(facts):
     return out
 
 
-@check("gpu.temperature", "GPU temperature")
+@check("gpu.temperature", "GPU temperature", gpu=True)
 def temperature(facts):
     hot = [g for g in gpus(facts) if g.temp_c.get(0) >= 85]
     if not hot:
@@ -161,7 +161,7 @@ def temperature(facts):
                    fix=["check fans, airflow, inlet temperature and the liquid loop"])
 
 
-@check("gpu.memory_in_use", "GPU memory free before the job")
+@check("gpu.memory_in_use", "GPU memory free before the job", gpu=True)
 def memory_in_use(facts):
     busy = [g for g in gpus(facts) if g.memory_total_bytes.get(0) and g.memory_used_bytes.get(0) > 0.10 * g.memory_total_bytes.get(1)]
     if not busy:
@@ -175,7 +175,7 @@ def memory_in_use(facts):
                         "kill the stale processes, or `sudo fuser -v /dev/nvidia*`"])
 
 
-@check("gpu.count", "every GPU on the bus is usable")
+@check("gpu.count", "every GPU on the bus is usable", gpu=True)
 def count(facts):
     pci, nv = facts.driver.gpu_pci_devices.get(), len(gpus(facts))
     if not pci or not facts.gpus.known or nv >= pci or facts.system.container.get("none") != "none":
@@ -187,7 +187,7 @@ def count(facts):
                    fix=["sudo dmesg | grep -i -e xid -e nvrm", "reboot; if the GPU stays missing, service the node"])
 
 
-@check("gpu.mixed", "one GPU model per node")
+@check("gpu.mixed", "one GPU model per node", gpu=True)
 def mixed(facts):
     names = Counter(g.name.get("?") for g in gpus(facts))
     if len(names) <= 1:

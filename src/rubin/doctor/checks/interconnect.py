@@ -18,7 +18,7 @@ def _expects_nvlink(name: str) -> bool:
     return bool(spec and spec.nvlink_gen and "PCIE" not in spec.key.upper())
 
 
-@check("nvlink.down", "NVLink links up")
+@check("nvlink.down", "NVLink links up", gpu=True)
 def nvlink_down(facts):
     out = []
     for g in gpus(facts):
@@ -35,7 +35,7 @@ def nvlink_down(facts):
     return out
 
 
-@check("nvlink.topology", "GPU pairs connected through NVLink")
+@check("nvlink.topology", "GPU pairs connected through NVLink", gpu=True)
 def nvlink_topology(facts):
     topo = facts.interconnect.topology.get()
     if topo is None:
@@ -77,7 +77,7 @@ def ib_ports(facts):
 _NEAR = ("PIX", "PXB")  # a GPU and a NIC under the same PCIe switch: GPUDirect RDMA at full speed
 
 
-@check("nic.gpu_affinity", "every GPU has a nearby NIC")
+@check("nic.gpu_affinity", "every GPU has a nearby NIC", gpu=True)
 def gpu_nic_affinity(facts):
     topo = facts.interconnect.topology.get()
     if topo is None:

@@ -44,7 +44,7 @@ def arch_support(cc: str, arch_list: list[str]) -> tuple[str, str]:
     return "missing", ""
 
 
-@check("torch.cpu_wheel", "torch built with CUDA on a GPU machine")
+@check("torch.cpu_wheel", "torch built with CUDA on a GPU machine", gpu=True)
 def cpu_wheel(facts):
     sw = facts.software
     if sw.torch_cuda.get() != "" or sw.torch_hip.get("") or not (facts.gpu_list() or nvidia_present(facts)):
@@ -60,7 +60,7 @@ def cpu_wheel(facts):
                         "check with: python -c 'import torch; print(torch.version.cuda, torch.cuda.is_available())'"])
 
 
-@check("torch.cuda_vs_driver", "torch's CUDA build supported by the driver")
+@check("torch.cuda_vs_driver", "torch's CUDA build supported by the driver", gpu=True)
 def cuda_vs_driver(facts):
     torch_cuda, drv_cuda = facts.software.torch_cuda.get(), facts.driver.cuda_driver_version.get()
     if not torch_cuda or not drv_cuda:
@@ -88,7 +88,7 @@ def cuda_vs_driver(facts):
                         f"pip install torch --index-url https://download.pytorch.org/whl/cu{''.join(map(str, d))}"])
 
 
-@check("torch.arch_missing", "GPU architecture in torch's arch list")
+@check("torch.arch_missing", "GPU architecture in torch's arch list", gpu=True)
 def arch_missing(facts):
     archs = facts.software.arch_list
     if not archs.known or not facts.software.torch_cuda.get():
@@ -131,7 +131,7 @@ def arch_missing(facts):
     return out
 
 
-@check("cuda.versions", "CUDA toolkit, driver and torch versions")
+@check("cuda.versions", "CUDA toolkit, driver and torch versions", gpu=True)
 def versions(facts):
     tk, drv, tc = facts.software.nvcc_version.get(), facts.driver.cuda_driver_version.get(), facts.software.torch_cuda.get()
     vals = {"toolkit (nvcc)": tk, "driver supports up to": drv, "torch built with": tc or None}
@@ -151,7 +151,7 @@ def versions(facts):
                    + (["or upgrade the driver to support the toolkit"] if severity == "warn" else []))
 
 
-@check("torch.cuda_unavailable", "torch sees the GPUs")
+@check("torch.cuda_unavailable", "torch sees the GPUs", gpu=True)
 def cuda_unavailable(facts):
     sw = facts.software
     if not facts.gpu_list() or not sw.torch_cuda.get() or sw.torch_cuda_available.get() is not False:

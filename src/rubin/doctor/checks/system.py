@@ -75,7 +75,7 @@ def disk_low(facts):
     )
 
 
-@check("system.ram_for_checkpoint", "host RAM vs GPU memory")
+@check("system.ram_for_checkpoint", "host RAM vs GPU memory", gpu=True)
 def ram_for_checkpoint(facts):
     ram = facts.system.ram_total_bytes
     cg = facts.system.cgroup_memory_limit_bytes.get(-1)

@@ -11,7 +11,7 @@ from rubin.doctor.registry import check
 RECENT_S = 24 * 3600  # older events are history: reported one level lower
 
 
-@check("xid.events", "Xid errors in the kernel log")
+@check("xid.events", "Xid errors in the kernel log", gpu=True)
 def xid_events(facts):
     events = facts.environment.xid_events.get([])
     table = data("xid.yaml")["xids"]
