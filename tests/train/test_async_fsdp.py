@@ -68,8 +68,10 @@ def test_async_checkpoints_hold_the_same_state_as_sync_ones(sync_run, tmp_path):
     # background), and the save due at step 8 waits for it (one save in flight).
     _train(run, "checkpoint.async=true", env={"RUBIN_FAULT": "pause@step=4,phase=checkpoint,rank=0,seconds=10"})
     assert _digest(run) == _digest(sync_run)
-    waited = [e for e in _events(run) if e["kind"] == "warning" and "waited" in e.get("message", "")]
-    assert [e["step"] for e in waited] == [8]
+    waited = [e["step"] for e in _events(run) if e["kind"] == "warning" and "waited" in e.get("message", "")]
+    # Step 8 must wait (step 4's commit is held for 10 s). Step 12 may wait as well when step 8's
+    # write is still running 4 steps later, as it can be on loaded cores: that is the policy too.
+    assert waited[:1] == [8] and set(waited) <= {8, 12}
     saved = [e["step"] for e in _events(run) if e["kind"] == "checkpoint_saved"]
     assert saved == [4, 8, 12]
     ckpt = run / "checkpoints" / "step-00000004"
