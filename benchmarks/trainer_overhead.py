@@ -46,6 +46,9 @@ MODELS = {
     "vit": ["model.name=vit", "model.args={patch_size: 2, dim: 64, depth: 4, heads: 4, mlp_ratio: 2.0}", "data.name=digits"],
     "mlp": ["model.name=mlp", "model.args={hidden: 512, depth: 3}", "data.name=synthetic",
             "data.args={num_samples: 32768, features: 256}"],
+    # So small that a step is mostly loop overhead: the CPU-time difference is rubin's own cost per step.
+    "mlp-tiny": ["model.name=mlp", "model.args={hidden: 16, depth: 1}", "data.name=synthetic",
+                 "data.args={num_samples: 4096, features: 8}"],
     # GPT-2 small shapes at a short context: sized for a GPU.
     "gpt": ["model.name=gpt", "model.args={n_layer: 12, n_head: 12, n_embd: 768}", "data.name=synthetic_tokens",
             "data.args={num_samples: 8192, seq_len: 256, vocab_size: 50304}"],

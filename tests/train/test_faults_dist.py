@@ -117,6 +117,21 @@ def test_signal_to_rank_1_only_stops_both_ranks_at_the_same_step_with_exit_75(tm
         assert stopped[0] == 5
 
 
+@pytest.mark.timeout(300)
+def test_a_signal_to_one_rank_during_setup_stops_both_after_the_first_step(tmp_path):
+    """Rank 1 gets SIGTERM before its first step (the handlers are in place from the start of setup):
+    it is not killed by the default action; both ranks take one step, agree, save it and exit 75."""
+    run = tmp_path / "run"
+    cfg = faultkit.MLP + ["run.max_steps=100000", "checkpoint.every_steps=100000"]
+    results = train_ranks(run, cfg, "sigterm@phase=setup,rank=1")
+    assert [code for code, _, _ in results] == [75, 75], [e[-2000:] for _, _, e in results]
+    assert "sigterm at setup step=0 rank=1" in results[1][2]
+    stopped = [int(re.search(r"preempted by .* at step (\d+)", err).group(1)) for _, _, err in results]
+    assert stopped == [1, 1]
+    step_dir = faultkit.ckpt(run, 1)
+    assert (step_dir / "COMMITTED").is_file() and {"rng-rank-0.pt", "rng-rank-1.pt"} <= {p.name for p in step_dir.iterdir()}
+
+
 @pytest.mark.timeout(90)
 def test_watchdog_names_the_stalled_rank_and_both_exit(tmp_path):
     timeout_s = 3

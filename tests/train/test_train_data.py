@@ -5,8 +5,10 @@ from rubin.train.data import GlobalBatchSampler, plan_batches
 
 
 def _steps(sampler, plan):
-    """Group a rank's indices into [step][micro] lists."""
-    idx = list(sampler)
+    """Group a rank's indices into [step] lists (micro-batches of one step joined)."""
+    micro = list(sampler)
+    assert all(len(m) == plan.micro_batch for m in micro)
+    idx = [i for m in micro for i in m]
     per_step = plan.accum_steps * plan.micro_batch
     return [idx[i : i + per_step] for i in range(0, len(idx), per_step)]
 
@@ -58,5 +60,5 @@ def test_resume_position_neither_replays_nor_skips():
     s = GlobalBatchSampler(64, plan, 0, seed=0)
     s.set_epoch(0, start_sample=3 * 8)
     rest = list(s)
-    assert rest == full[3 * 8 :]
+    assert rest == full[3 * 2 :]  # 2 micro-batches of 4 per step
     assert len(s) == len(rest)

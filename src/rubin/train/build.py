@@ -134,14 +134,14 @@ def open_run_dir(cfg, info, *, force: bool, resume: bool) -> tuple[RunDir, bool]
     """``prepare_run_dir`` on rank 0, its verdict shared with every rank; returns (run, resuming) on each."""
     from rubin.train import distributed
 
-    result = None
+    result, run = None, None
     if info.is_main:
         try:
-            _, resuming = prepare_run_dir(cfg, 0, force=force, resume=resume)
+            run, resuming = prepare_run_dir(cfg, 0, force=force, resume=resume)  # kept: it may hold open files
             result = ("ok", resuming)
         except UsageError as err:
             result = ("error", str(err))
     result = distributed.broadcast_object(info, result)
     if result[0] == "error":
         raise UsageError(result[1])
-    return RunDir(cfg.run_dir, rank=info.rank), result[1]
+    return run or RunDir(cfg.run_dir, rank=info.rank), result[1]

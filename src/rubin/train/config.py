@@ -33,6 +33,8 @@ class RunConfig(_Section):
     eval_every_steps: int = Field(0, ge=0, description="evaluate every N steps (0: only at the end)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available, else cpu")
     allow_tf32: bool = Field(True, description="let fp32 matmuls use TF32 tensor cores on GPUs that have them")
+    gc_every_steps: Optional[int] = Field(50, gt=0, description="run Python's garbage collector every N steps, on every rank "
+                                          "at once, instead of mid-step (null: Python's own schedule)")
 
 
     @field_validator("name")
@@ -154,7 +156,7 @@ class Config(_Section):
 
 # Keys that may change between a run and its resume without changing what is trained.
 RESUMABLE_CHANGES = {
-    "run.max_steps", "run.epochs", "run.eval_every_steps", "run.dir", "run.device",
+    "run.max_steps", "run.epochs", "run.eval_every_steps", "run.dir", "run.device", "run.gc_every_steps",
     "data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor",
     "data.eval_batch_size", "data.micro_batch_size", "distributed.strategy", "distributed.backend",
     "distributed.timeout_s", "distributed.compile",

@@ -41,8 +41,12 @@ def plan_batches(batch_size: int, micro_batch_size: int | None, world_size: int)
     return BatchPlan(batch_size, micro, per_rank // micro, world_size)
 
 
-class GlobalBatchSampler(Sampler[int]):
-    """Yields this rank's sample indices, micro-batch after micro-batch, from a resumable position."""
+class GlobalBatchSampler(Sampler[list]):
+    """Yields this rank's micro-batches (lists of sample indices) from a resumable position.
+
+    A batch sampler, not a per-index one: the DataLoader then takes each micro-batch whole,
+    instead of pulling indices one by one through a generator (host time on every sample).
+    """
 
     def __init__(self, n: int, plan: BatchPlan, rank: int, *, seed: int, shuffle: bool = True):
         self.n, self.plan, self.rank, self.seed, self.shuffle = n, plan, rank, seed, shuffle
@@ -63,22 +67,23 @@ class GlobalBatchSampler(Sampler[int]):
         return torch.randperm(self.n, generator=g)
 
     def __iter__(self):
-        order = self._order()
+        order = self._order().tolist()  # one conversion per epoch; slicing a list per micro-batch is cheap, a tensor's is not
         p = self.plan
         first_step = self.start_sample // p.global_batch
         for step in range(first_step, self.steps_per_epoch()):
             base = step * p.global_batch
             for m in range(p.accum_steps):
                 lo = base + (m * p.world_size + self.rank) * p.micro_batch
+                indices = order[lo : lo + p.micro_batch]
                 if self.sample_seeds:
-                    for pos, index in enumerate(order[lo : lo + p.micro_batch].tolist(), lo):
-                        yield index, sample_seed(self.seed, self.epoch, pos)
+                    yield [(index, sample_seed(self.seed, self.epoch, pos)) for pos, index in enumerate(indices, lo)]
                 else:
-                    yield from order[lo : lo + p.micro_batch].tolist()
+                    yield indices
 
     def __len__(self) -> int:
+        """Micro-batches left in this epoch."""
         steps = self.steps_per_epoch() - self.start_sample // self.plan.global_batch
-        return max(0, steps) * self.plan.accum_steps * self.plan.micro_batch
+        return max(0, steps) * self.plan.accum_steps
 
 
 def sample_seed(seed: int, epoch: int, position: int) -> int:
@@ -165,9 +170,7 @@ def train_loader(dataset, sampler: GlobalBatchSampler, cfg, device, seed: int) -
         dataset, sampler.sample_seeds = SeededSamples(dataset), True
     return DataLoader(
         dataset,
-        batch_size=sampler.plan.micro_batch,
-        sampler=sampler,
-        drop_last=False,
+        batch_sampler=sampler,
         generator=torch.Generator().manual_seed(seed),
         **_loader_kwargs(cfg, device),
     )

@@ -45,6 +45,7 @@ class Strategy:
         if act_ckpt:
             apply_activation_checkpointing(blocks)
         module.to(info.device)
+        self._params = None  # grad_norm_and_clip's list, built once: walking the module tree every step costs host time
         self._module = module  # unwrapped (FSDP2 shards it in place): state dicts and digests come from here
         self._ddp = None
         if name == "ddp":
@@ -75,8 +76,9 @@ class Strategy:
 
     def grad_norm_and_clip(self, max_norm: float | None) -> torch.Tensor:
         """The global grad norm, as a device tensor (reading it is a host sync: the loop does so only at log points)."""
-        params = [p for p in self._module.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else float("inf"))
+        if self._params is None:  # the optimizer holds these same tensors: restores copy into them, never replace them
+            self._params = [p for p in self._module.parameters() if p.requires_grad]
+        norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm if max_norm else float("inf"))  # skips grad None
         if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor norm over all shards
             norm = norm.full_tensor()
         return norm

@@ -80,7 +80,7 @@ class Telemetry:
         self._steps += 1
         self._samples += samples
         if loss is not None:  # None for a step whose update was dropped (non-finite loss)
-            self._losses.append(loss.detach())
+            self._losses.append(loss)  # detached by the loop
 
     def drop_losses(self) -> None:
         """Forget the interval's losses: a rollback undid the steps they came from."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 
 import torch
@@ -22,8 +23,10 @@ from rubin.train.blocks import find_blocks, missing_warning
 from rubin.train.checkpointing import Checkpointer, TrainState, reseed
 from rubin.train.console import Console
 from rubin.train.data import GlobalBatchSampler, eval_loader, plan_batches, shut_down_workers, train_loader
+from rubin.train.faults import PreemptionHandler, fault_point
 from rubin.train.faults.hooks import FaultHooks, StepFlags
 from rubin.train.flops import obtain as obtain_flops
+from rubin.train.gcpolicy import GcPolicy
 from rubin.train.optim import build_optimizer, build_scheduler
 from rubin.train.precision import Precision
 from rubin.train.sinks import build_sinks
@@ -39,9 +42,13 @@ class Preempted(RubinError):
 
 def train(cfg, *, force: bool = False, resume: bool = True, quiet: bool = False) -> dict:
     info = distributed.setup(cfg)
+    # Signals are caught from here, not from the first step: a SIGTERM or Slurm's SIGUSR1 warning
+    # during setup (a restore can take minutes) is then a stop at the first check (one step, an
+    # emergency save, exit 75) instead of the default action killing the rank.
+    preempt = PreemptionHandler().install()
     ok, trainer = False, None
     try:
-        trainer = Trainer(cfg, info, force=force, resume=resume, quiet=quiet)
+        trainer = Trainer(cfg, info, force=force, resume=resume, quiet=quiet, preempt=preempt)
         summary = trainer.fit()
         ok = True
         return summary
@@ -53,6 +60,7 @@ def train(cfg, *, force: bool = False, resume: bool = True, quiet: bool = False)
 
         blamed = blame(err)  # raised inside the user's factory, dataset or forward: their error, exit 2
         if trainer is not None:
+            trainer.settle_save()
             trainer.record_failure(blamed or err)
         if blamed is not None:
             raise blamed from err
@@ -60,6 +68,9 @@ def train(cfg, *, force: bool = False, resume: bool = True, quiet: bool = False)
     finally:
         if trainer is not None:  # on every exit path: live workers must never outlive the run or block the exit
             shut_down_workers(getattr(trainer, "_iter", None), getattr(trainer, "loader", None), getattr(trainer, "eval_loader", None))
+            if not ok:
+                trainer.close()
+        preempt.uninstall()  # a second call after FaultHooks.stop changes nothing
         if ok:
             distributed.teardown(info)
         else:
@@ -67,9 +78,10 @@ def train(cfg, *, force: bool = False, resume: bool = True, quiet: bool = False)
 
 
 class Trainer:
-    def __init__(self, cfg, info, *, force: bool, resume: bool, quiet: bool):
-        self.cfg, self.info, self.t_start = cfg, info, time.time()
+    def __init__(self, cfg, info, *, force: bool, resume: bool, quiet: bool, preempt: PreemptionHandler | None = None):
+        self.cfg, self.info, self.t_start, self.preempt = cfg, info, time.time(), preempt
         self.run, self._held_warnings = None, []  # warnings before the run dir and console exist wait here
+        self.last_loss: float | None = None
         torch.manual_seed(cfg.run.seed)  # same initial weights on every rank
         if cfg.run.deterministic:
             if info.device.type == "cuda":
@@ -90,7 +102,15 @@ class Trainer:
         if self.completed is not None:
             return  # rerunning a finished run: nothing is touched
         self.run, resuming = build.open_run_dir(cfg, info, force=force, resume=resume)
-        # -- the run exists from here on --
+        # -- the run exists from here on: a start that fails below still frees it (lock, files, handlers) --
+        try:
+            self._set_up(model, found_blocks, train_ds, eval_ds, resuming=resuming, force=force)
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_up(self, model, found_blocks, train_ds, eval_ds, *, resuming: bool, force: bool) -> None:
+        cfg, info = self.cfg, self.info
         from rubin.platform.fingerprint import fingerprint
 
         self.env = fingerprint(str(self.run.path)) if info.is_main else {}
@@ -117,7 +137,7 @@ class Trainer:
             flops_per_sample=self.flops.per_sample,
             tokens_per_sample=self.data_info.tokens_per_sample, precision=cfg.precision,
         )
-        self.faults = FaultHooks(cfg, info, self.run, fp16=self.state.precision.scaler is not None)
+        self.faults = FaultHooks(cfg, info, self.run, fp16=self.state.precision.scaler is not None, preempt=self.preempt)
         if self.faults.spikes is not None:
             self.state.extras["spikes"] = self.faults.spikes  # its running median survives a resume or rollback
         self.ckpt = Checkpointer(cfg, info, self.run, self.state, env=self.env, barrier=lambda: distributed.barrier(info),
@@ -128,7 +148,34 @@ class Trainer:
         if resuming:
             self.ckpt.restore_latest(force=force)  # checkpoints that all fail to verify: refused unless --force
         self.console.start_at(self.loop.step)
-        self.last_loss: float | None = None
+        fault_point("setup", self.loop.step, info.rank)  # a signal during setup, for the tests
+
+    def close(self) -> None:
+        """Give back what a run holds, on a path that did not reach ``_finish``: signal handlers and
+        watchdog, metric sinks, the run dir's files and lock. Safe to call twice; never raises."""
+        for part, method in (("faults", "stop"), ("telemetry", "close")):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                try:
+                    getattr(obj, method)()
+                except Exception:  # noqa: BLE001 - cleaning up after a failure must not replace it
+                    pass
+        if self.run is not None:
+            self.run.close()
+
+    def settle_save(self) -> None:
+        """After a failure: let a save already in flight commit before the process exits (its writer
+        is a daemon thread that exit would cut off). One rank only: with peers, the commit waits for
+        theirs, which may be gone, and an elastic restart resumes from the last committed one anyway."""
+        writer = getattr(getattr(self, "ckpt", None), "async_writer", None)
+        if writer is None or not writer.busy or self.info.world_size > 1:
+            return
+        # stderr even under --quiet: it says why the exit waits
+        print(f"rubin: waiting for the checkpoint of step {writer.inflight_step} to commit before exiting", file=sys.stderr, flush=True)
+        try:
+            writer.wait()
+        except Exception as err:  # noqa: BLE001 - the failure being reported comes first
+            print(f"rubin: warning: that checkpoint did not commit: {err}", file=sys.stderr)
 
     @property
     def loop(self):
@@ -185,7 +232,9 @@ class Trainer:
         )
         self.strategy.model.train()
         status, reason = "completed", "reached max steps"
+        gc_policy = GcPolicy(cfg.run.gc_every_steps)
         try:
+            gc_policy.start()
             while self.loop.step < self.total_steps:
                 batches = self._next_batches()
                 if batches is None:
@@ -193,7 +242,9 @@ class Trainer:
                 if self._train_step(batches) == "stop":
                     status, reason = "preempted", self.faults.stop_reason
                     break
+                gc_policy.step(self.loop.step)
         finally:
+            gc_policy.stop()
             self.console.close()
         return self._finish(status, reason)
 

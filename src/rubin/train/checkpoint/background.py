@@ -110,6 +110,11 @@ class AsyncCheckpointer:
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def inflight_step(self) -> int | None:
+        """The step of the save being written, if one is."""
+        return self._inflight_step if self.busy else None
+
     def save(self, step: int, state: Any, write: Callable[[Any, Any], None], meta: dict) -> bool:
         """Snapshot STATE (live tensors) into staging buffers, then ``write(snapshot, tmp_dir)`` in the background.
 

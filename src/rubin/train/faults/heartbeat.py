@@ -27,8 +27,8 @@ class Heartbeat:
         self.path = heartbeat_path(self.run_dir, rank)
         self.step = -1
         self.phase = "start"
-        self.beat_wall = time.time()  # wall clock: comparable across ranks in the files
         self.step_changed_at = time.monotonic()  # monotonic: what the local watchdog measures
+        self.beat_at = self.step_changed_at  # turned into wall time (comparable across ranks) only when written
         self.phase_changed_at = self.step_changed_at
         self._written_at = 0.0
         self._lock = threading.Lock()
@@ -41,13 +41,14 @@ class Heartbeat:
         if phase != self.phase:
             self.phase_changed_at = now
         self.phase = phase
-        self.beat_wall = time.time()
+        self.beat_at = now
         if now - self._written_at >= self.interval_s:
             self.flush()
 
     def state(self) -> dict:
+        wall = time.time()
         return {"rank": self.rank, "pid": os.getpid(), "step": self.step, "phase": self.phase,
-                "beat_time": self.beat_wall, "written_time": time.time()}
+                "beat_time": wall - (time.monotonic() - self.beat_at), "written_time": wall}
 
     def flush(self) -> None:
         """Rewrite this rank's file atomically (cheap: a few hundred bytes, no fsync)."""

@@ -40,9 +40,9 @@ class StepFlags:
 
 
 class FaultHooks:
-    def __init__(self, cfg, info, run, *, fp16: bool):
+    def __init__(self, cfg, info, run, *, fp16: bool, preempt=None):
         self.cfg, self.info, self.run, self.fp16 = cfg, info, run, fp16
-        self.preempt = faults.PreemptionHandler()
+        self.preempt = preempt or faults.PreemptionHandler()  # train() installs it before setup
         self.heartbeat = faults.Heartbeat(run.path, info.rank)
         self.watchdog = None
         if cfg.faults.hang_timeout_s:
@@ -97,8 +97,8 @@ class FaultHooks:
 
     # -- flags -------------------------------------------------------------------------------
     def record(self, step: int, position: list, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """Keep this step's loss and grad norm (device tensors) for the next check; no host sync."""
-        self._pending.append((step, position, loss.detach(), grad_norm.detach()))
+        """Keep this step's loss and grad norm (detached device tensors) for the next check; no host sync."""
+        self._pending.append((step, position, loss, grad_norm))
 
     def rewind(self, step: int) -> None:
         """After a rollback to STEP: nothing recorded is pending, and the next step is checked (every rank alike)."""
@@ -117,7 +117,9 @@ class FaultHooks:
         pending, self._pending = self._pending, []
         bad, loss_v, norm_v, position = None, None, None, None
         if pending:
-            values = torch.stack([torch.stack([loss.float(), norm.float()]) for _, _, loss, norm in pending]).tolist()
+            losses = torch.stack([loss for _, _, loss, _ in pending]).float()
+            norms = torch.stack([norm for _, _, _, norm in pending]).float()
+            values = torch.stack([losses, norms], dim=1).tolist()  # three kernels and one host sync, however many steps
             for (s, pos, _, _), (lv, gv) in zip(pending, values):
                 nonfinite = not math.isfinite(lv) or (not self.fp16 and not math.isfinite(gv))  # fp16 overflow: the scaler's job
                 if not nonfinite and self.spikes is not None and self.spikes.update(lv):

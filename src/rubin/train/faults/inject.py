@@ -10,8 +10,9 @@
 - ``nan``: ``fault_point`` returns True, and the trainer turns the loss into NaN
 - ``diskfull``: the checkpoint writer raises OSError(ENOSPC) during save number ``save``
 
-Keys: ``step``, ``rank``, ``phase`` (the named point; default ``step``; ``checkpoint`` = files
-written, nothing committed; ``manifest``; ``commit``), ``save`` (1-based save count),
+Keys: ``step``, ``rank``, ``phase`` (the named point; default ``step``; ``setup`` = the run is
+built and restored, no step taken yet; ``checkpoint`` = files written, nothing committed;
+``manifest``; ``commit``), ``save`` (1-based save count),
 ``seconds``, ``restart`` (TORCHELASTIC_RESTART_COUNT the fault fires on; default 0, so an
 elastic restart does not crash again; ``any`` for every attempt).
 

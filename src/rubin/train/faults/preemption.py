@@ -145,9 +145,12 @@ def worker_init(worker_id: int) -> None:
     makes the main process raise "DataLoader worker exited unexpectedly" before it can save;
     ignoring it leaves the stop to the main process, which shuts the workers down itself.
     """
+    import gc
+
     import numpy as np
     import torch
 
+    gc.enable()  # the trainer collects at step boundaries (gcpolicy); a worker has no steps and collects as usual
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     _die_with_parent()
