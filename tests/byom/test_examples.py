@@ -83,19 +83,29 @@ def _export_into(run_dir, fresh, fmt="torch"):
 NANO = str(EXAMPLES / "nanogpt.py") + ":build"
 
 
-def test_nanogpt_single_trains_with_every_position_and_exports(tmp_path):
-    r = invoke(_sets(tmp_path / "run", NANO, TINY_GPT))
-    assert r.exit_code == 0, r.stderr
-    s = summary(tmp_path / "run")
+@pytest.fixture(scope="module")
+def nano_straight(tmp_path_factory):
+    """One straight 6-step nanoGPT run in a real process, the model imported by module path from the repository
+    root; shared by the module-path, single-process export and kill-and-resume tests. Returns (run dir, process)."""
+    from faultkit import child_env
+
+    run = tmp_path_factory.mktemp("nanogpt") / "straight"
+    return run, run_rubin(_sets(run, "examples.byom.nanogpt:build", TINY_GPT), env=child_env(), cwd=ROOT)
+
+
+def test_nanogpt_single_trains_with_every_position_and_exports(nano_straight):
+    run, p = nano_straight
+    assert p.returncode == 0, p.stderr
+    s = summary(run)
     assert s["status"] == "completed" and s["flops_source"] == "counted"
-    start = events(tmp_path / "run", "start")[0]
+    start = events(run, "start")[0]
     assert start["blocks"] == "transformer.h"
     fresh = _nano()
-    out = _export_into(tmp_path / "run", fresh)
+    out = _export_into(run, fresh)
     assert out["step"] == 6 and _digest(fresh) == s["param_digest"]
     if importlib.util.find_spec("safetensors"):
         again = _nano()
-        _export_into(tmp_path / "run", again, "safetensors")
+        _export_into(run, again, "safetensors")
         assert _digest(again) == s["param_digest"]
 
 
@@ -107,17 +117,17 @@ def test_nanogpt_bf16_learns(tmp_path):
     assert all(math.isfinite(row["loss"]) for row in rows) and rows[-1]["loss"] < rows[0]["loss"]
 
 
-def test_nanogpt_killed_and_resumed_matches_straight_through(tmp_path):
+def test_nanogpt_killed_and_resumed_matches_straight_through(tmp_path, nano_straight):
     from faultkit import child_env
 
-    straight = run_rubin(_sets(tmp_path / "straight", NANO, TINY_GPT), env=child_env(), cwd=ROOT)
-    assert straight.returncode == 0, straight.stderr
+    straight, p = nano_straight  # the same model and config, imported by module path instead of by file
+    assert p.returncode == 0, p.stderr
     killed = run_rubin(_sets(tmp_path / "run", NANO, TINY_GPT), env=child_env("crash@step=5"), cwd=ROOT)
     assert killed.returncode != 0 and summary(tmp_path / "run") is None
     resumed = run_rubin(_sets(tmp_path / "run", NANO, TINY_GPT), env=child_env(), cwd=ROOT)
     assert resumed.returncode == 0, resumed.stderr
     assert events(tmp_path / "run", "resume")[-1]["step"] == 4
-    assert summary(tmp_path / "run")["param_digest"] == summary(tmp_path / "straight")["param_digest"]
+    assert summary(tmp_path / "run")["param_digest"] == summary(straight)["param_digest"]
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
@@ -139,9 +149,10 @@ def test_nanogpt_two_ranks_exports_consolidated_weights(tmp_path, strategy):
     assert trained < untrained
 
 
-def test_nanogpt_by_module_path_from_the_repository_root(tmp_path):
-    p = run_rubin(_sets(tmp_path / "run", "examples.byom.nanogpt:build", TINY_GPT, "run.max_steps=2"), cwd=ROOT)
+def test_nanogpt_by_module_path_from_the_repository_root(nano_straight):
+    run, p = nano_straight
     assert p.returncode == 0, p.stderr
+    assert summary(run)["steps"] == 6 and events(run, "start")[0]["blocks"] == "transformer.h"
 
 
 # -- Hugging Face GPT-2: no adapter -----------------------------------------------------------------

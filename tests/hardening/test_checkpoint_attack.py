@@ -9,6 +9,7 @@ import pickle
 import pytest
 import torch
 from hardkit import Payload, events, mlp_args, plant_dcp_attack, recommit, rubin, step_dir, summary
+from utils import invoke
 
 from rubin.train.checkpoint import dcp_reader
 from rubin.train.checkpoint import manifest as mf
@@ -23,24 +24,15 @@ def straight(tmp_path_factory):
     return summary(run)["param_digest"]
 
 
-def _crashed_at_9(tmp_path):
-    """A 12-step run killed after step 8: checkpoints at 4 and 8 are committed."""
-    run = tmp_path / "run"
-    p = rubin(["train", *mlp_args(run, 12)], env={"RUBIN_FAULT": "crash@step=9"})
-    assert p.returncode != 0
-    assert (step_dir(run, 8) / mf.COMMITTED).is_file() and (step_dir(run, 4) / mf.COMMITTED).is_file()
-    return run
-
-
-def test_dcp_metadata_payload_never_runs_on_resume_or_verify(tmp_path):
-    run = _crashed_at_9(tmp_path)
+def test_dcp_metadata_payload_never_runs_on_resume_or_verify(tmp_path, crashed_at_9):
+    run = crashed_at_9
     marker = tmp_path / "PWNED"
     plant_dcp_attack(step_dir(run, 8), marker)
     assert mf.verify(step_dir(run, 8), hashes=True) != []  # the recomputed sha256 no longer hides it
 
-    v = rubin(["checkpoint", "verify", run])
+    v = invoke(["checkpoint", "verify", run])
     assert not marker.exists(), "verify unpickled the attacker's .metadata"
-    assert v.returncode == 3 and "INVALID" in v.stdout and "refused global posix.system" in v.stdout
+    assert v.exit_code == 3 and "INVALID" in v.stdout and "refused global posix.system" in v.stdout
 
     p = rubin(["train", *mlp_args(run, 12)])
     assert not marker.exists(), "resume unpickled the attacker's .metadata"
@@ -103,15 +95,15 @@ def test_non_tensor_dcp_entry_with_a_payload_is_refused(tmp_path):
     assert not marker.exists()
 
 
-def test_unreadable_newest_checkpoint_falls_back_with_a_line(tmp_path, straight):
-    run = _crashed_at_9(tmp_path)
+def test_unreadable_newest_checkpoint_falls_back_with_a_line(crashed_at_9, straight):
+    run = crashed_at_9
     os.chmod(step_dir(run, 8) / mf.COMMITTED, 0)
     if os.access(step_dir(run, 8) / mf.COMMITTED, os.R_OK):  # root reads anything: use an unreadable directory entry instead
         os.chmod(step_dir(run, 8) / mf.COMMITTED, 0o644)
         (step_dir(run, 8) / mf.COMMITTED).unlink()
         (step_dir(run, 8) / mf.COMMITTED).mkdir()  # read_bytes() -> IsADirectoryError, an OSError like EACCES
-    v = rubin(["checkpoint", "verify", run])
-    assert v.returncode == 3 and "internal error" not in v.stderr and "step        8  INVALID" in v.stdout
+    v = invoke(["checkpoint", "verify", run])
+    assert v.exit_code == 3 and "internal error" not in v.stderr and "step        8  INVALID" in v.stdout
     p = rubin(["train", *mlp_args(run, 8)])
     assert p.returncode == 0, p.stderr[-2000:]
     assert "checkpoint step 8 is invalid, skipped" in p.stdout + p.stderr
@@ -120,9 +112,9 @@ def test_unreadable_newest_checkpoint_falls_back_with_a_line(tmp_path, straight)
 
 
 @pytest.mark.parametrize("name", ["model.pt", mf.COMMITTED, mf.MANIFEST])
-def test_fifo_in_a_checkpoint_falls_back_instead_of_blocking(tmp_path, straight, name):
+def test_fifo_in_a_checkpoint_falls_back_instead_of_blocking(crashed_at_9, straight, name):
     """Opening a FIFO for reading blocks until a writer comes: verify and resume must never open one."""
-    run = _crashed_at_9(tmp_path)
+    run = crashed_at_9
     (step_dir(run, 8) / name).unlink()
     os.mkfifo(step_dir(run, 8) / name)
     v = rubin(["checkpoint", "verify", run], timeout=120)  # a hang fails here on the timeout
@@ -133,8 +125,8 @@ def test_fifo_in_a_checkpoint_falls_back_instead_of_blocking(tmp_path, straight,
     assert summary(run)["param_digest"] == straight
 
 
-def test_all_checkpoints_bad_refuses_fresh_start_unless_force(tmp_path):
-    run = _crashed_at_9(tmp_path)
+def test_all_checkpoints_bad_refuses_fresh_start_unless_force(crashed_at_9):
+    run = crashed_at_9
     for step in (4, 8):
         with open(step_dir(run, step) / "model.pt", "r+b") as f:
             f.seek(100)
@@ -152,16 +144,16 @@ def test_all_checkpoints_bad_refuses_fresh_start_unless_force(tmp_path):
     assert summary(run)["steps"] == 12 and not [e for e in events(run) if e["kind"] == "resume"]
 
 
-def test_checkpoint_list_never_claims_resume_without_hashing(tmp_path):
-    run = _crashed_at_9(tmp_path)
+def test_checkpoint_list_never_claims_resume_without_hashing(crashed_at_9):
+    run = crashed_at_9
     with open(step_dir(run, 8) / "model.pt", "r+b") as f:  # same size, different bytes: sizes cannot see it
         f.seek(100)
         f.write(b"\xff" * 8)
-    ls = rubin(["checkpoint", "list", run])
-    assert ls.returncode == 0 and "resume would use" not in ls.stdout and "unverified (sizes only)" in ls.stdout
+    ls = invoke(["checkpoint", "list", run])
+    assert ls.exit_code == 0 and "resume would use" not in ls.stdout and "unverified (sizes only)" in ls.stdout
     assert "step        8  sizes ok" in ls.stdout
-    v = rubin(["checkpoint", "verify", run])
-    assert v.returncode == 3 and "resume would use: step 4" in v.stdout
+    v = invoke(["checkpoint", "verify", run])
+    assert v.exit_code == 3 and "resume would use: step 4" in v.stdout
 
 
 def test_hmac_key_refuses_a_recomputed_manifest(tmp_path, monkeypatch):

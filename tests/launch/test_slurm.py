@@ -13,8 +13,8 @@ import subprocess
 import time
 
 import pytest
-from launchhelp import write_config
-from utils import invoke, run_torchrun
+from launchhelp import UNINTERRUPTED_STEPS, write_config
+from utils import invoke
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -115,11 +115,10 @@ def test_submit_a_two_rank_job_and_it_completes(tmp_path, jobs):
 
 
 @pytest.mark.timeout(600)
-def test_preempted_job_is_requeued_and_resumes_to_the_same_weights(tmp_path, jobs, monkeypatch):
-    steps = 30
-    base = tmp_path / "uninterrupted"
-    p = run_torchrun(2, ["train", write_config(tmp_path / "base.yaml", base, steps=steps), "--quiet"], timeout=240)
-    assert p.returncode == 0, p.stderr[-2000:]
+def test_preempted_job_is_requeued_and_resumes_to_the_same_weights(tmp_path, jobs, monkeypatch, uninterrupted_two_agents):
+    steps = UNINTERRUPTED_STEPS
+    base, out, code = uninterrupted_two_agents  # the same 2 gloo ranks, config and steps, uninterrupted (conftest.py)
+    assert code == 0, out[-3000:]
 
     run_dir = tmp_path / "run"
     cfg = write_config(tmp_path / "train.yaml", run_dir, steps=steps)

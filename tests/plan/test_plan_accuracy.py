@@ -17,18 +17,31 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 SAVED_FROM_FORMULA = {k for k, c in accuracy.CPU_CASES.items() if c.model != "mlp"}
 
 
+@pytest.fixture(scope="module")
+def measured():
+    """accuracy.run per CPU case, once: a case measured for two tests is stepped once."""
+    done = {}
+
+    def run(name):
+        if name not in done:
+            done[name] = accuracy.run(accuracy.CPU_CASES[name])
+        return done[name]
+
+    return run
+
+
 @pytest.mark.parametrize("name", sorted(accuracy.CPU_CASES))
-def test_planned_against_measured_on_cpu(name):
-    r = accuracy.run(accuracy.CPU_CASES[name])
+def test_planned_against_measured_on_cpu(name, measured):
+    r = measured(name)
     print(f"{r['case']}: saved {r['saved_error']:+.1%}, peak {r['peak_error']:+.1%} at {r['peak_phase']}")
     if name in SAVED_FROM_FORMULA:
         assert r["planned_saved"] == pytest.approx(r["measured_saved"], rel=0.03)
     assert r["planned_peak"] == pytest.approx(r["measured_peak"], rel=0.05)
 
 
-def test_transformers_ran_the_flash_kernel_that_cuda_also_picks():
+def test_transformers_ran_the_flash_kernel_that_cuda_also_picks(measured):
     # the planner assumes flash/SDPA attention (no s x s scores); the ground truth must have used it too
-    r = accuracy.run(accuracy.CPU_CASES["gpt-small-fp32"])
+    r = measured("gpt-small-fp32")
     assert r["kernel"] == "flash attention (CPU)"
 
 

@@ -47,32 +47,31 @@ def communicate_all(procs, timeout):
     return results
 
 
-@pytest.mark.timeout(90)
-def test_two_ranks_write_dcp_shards_and_rank0_commits_them_all(tmp_path):
-    results, _ = two_ranks(["dcp", tmp_path])
+@pytest.mark.timeout(120)
+def test_two_ranks_write_dcp_shards_and_rank0_commits_them_all_then_async_saves_commit_only_when_every_rank_is_done(tmp_path):
+    """One pair of gloo ranks (one start-up) runs both scenarios: DCP shards under one manifest, then async saves."""
+    shards, saves = tmp_path / "dcp", tmp_path / "async"
+    results, _ = two_ranks(["dcp_then_async_dist", shards, saves], timeout=90)
     for code, out, err in results:
         assert code == 0, err[-3000:]
-        assert "latest 2" in out
-    store = CheckpointStore(tmp_path, keep_last=2)
-    path = tmp_path / "step-00000002"
+        assert "latest 2" in out and "done" in out
+
+    # DCP: both ranks' shards under one manifest, committed by rank 0
+    store = CheckpointStore(shards, keep_last=2)
+    path = shards / "step-00000002"
     assert store.latest_valid() == (2, path)
     man = json.loads((path / MANIFEST).read_text())
     on_disk = sorted(p.relative_to(path).as_posix() for p in path.rglob("*")
                      if p.is_file() and p.name not in ("MANIFEST.json", "COMMITTED"))
     assert sorted(man["files"]) == on_disk
-    shards = [f for f in on_disk if f.endswith(".distcp")]
-    assert len(shards) == 2 and "dcp/.metadata" in on_disk and {"rng-rank-0.pt", "rng-rank-1.pt"} <= set(on_disk)
+    shards_on_disk = [f for f in on_disk if f.endswith(".distcp")]
+    assert len(shards_on_disk) == 2 and "dcp/.metadata" in on_disk and {"rng-rank-0.pt", "rng-rank-1.pt"} <= set(on_disk)
     assert man["world_size"] == 2 and man["strategy"] == "fsdp"
-    (path / shards[1]).unlink()  # a shard lost after the fact is caught, and resume falls back
+    (path / shards_on_disk[1]).unlink()  # a shard lost after the fact is caught, and resume falls back
     assert store.latest_valid()[0] == 1
 
-
-@pytest.mark.timeout(90)
-def test_two_ranks_async_saves_commit_only_when_every_rank_is_done(tmp_path):
-    results, _ = two_ranks(["async_dist", tmp_path])
-    for code, out, err in results:
-        assert code == 0, err[-3000:]
-    store = CheckpointStore(tmp_path, keep_last=5)
+    # async: a step is committed only when every rank's background write is done
+    store = CheckpointStore(saves, keep_last=5)
     assert [s for s, _ in store.committed()] == [1, 2, 3]
     for step, path in store.committed():
         assert store.verify(path) == []

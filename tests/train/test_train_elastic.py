@@ -18,6 +18,15 @@ def _torchrun(args, *, env=None, max_restarts=0, timeout=90):
     return run_torchrun(2, args, env=env, max_restarts=max_restarts, timeout=timeout)
 
 
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """The uninterrupted one-process run (sync checkpoints): the reference of the resume and async tests."""
+    run = tmp_path_factory.mktemp("single") / "run"
+    p = run_rubin(_args(run))
+    assert p.returncode == 0, p.stderr[-2000:]
+    return run
+
+
 def test_rank_crash_under_max_restarts_completes_identically(tmp_path):
     ref = tmp_path / "ref"
     p = _torchrun(_args(ref, "distributed.strategy=ddp"))
@@ -36,9 +45,7 @@ def test_rank_crash_under_max_restarts_completes_identically(tmp_path):
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_resume_at_a_different_world_size(tmp_path, strategy):
-    single = tmp_path / "single"
-    assert run_rubin(_args(single)).returncode == 0
+def test_resume_at_a_different_world_size(tmp_path, single, strategy):
     run = tmp_path / "run"
     p = _torchrun(_args(run, f"distributed.strategy={strategy}"), env={"RUBIN_FAULT": "crash@step=8"})
     assert p.returncode != 0
@@ -68,9 +75,8 @@ def test_stalled_rank_is_named_and_the_job_exits(tmp_path):
     assert [e for e in events(run) if e["kind"] == "hang"]
 
 
-def test_async_checkpoints_match_sync_and_survive_a_kill_mid_write(tmp_path):
-    sync = tmp_path / "sync"
-    assert run_rubin(_args(sync)).returncode == 0
+def test_async_checkpoints_match_sync_and_survive_a_kill_mid_write(tmp_path, single):
+    sync = single
     run = tmp_path / "async"
     p = run_rubin(_args(run, "checkpoint.async=true"), env={"RUBIN_FAULT": "crash@step=9,phase=manifest"})
     assert p.returncode == -9, p.stderr[-2000:]

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,17 +88,25 @@ def test_sigterm_during_a_checkpoint_write_never_uses_a_torn_one(tmp_path, refer
     assert p.returncode == 75, p.stderr[-2000:]
     for d in (run / "checkpoints").iterdir():
         assert not d.name.startswith(".tmp") or not (d / "COMMITTED").exists()
-    check = run_rubin(["checkpoint", "verify", run])
-    assert check.returncode == 0, check.stdout + check.stderr
+    check = invoke(["checkpoint", "verify", run])
+    assert check.exit_code == 0, check.stdout + check.stderr
     again = run_rubin(_args(run))
     assert again.returncode == 0
     assert summary(run)["param_digest"] == reference
 
 
-@pytest.mark.parametrize("damage", list(DAMAGES))
-def test_damaged_newest_checkpoint_falls_back_and_completes(tmp_path, reference, damage):
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def killed_at_8(tmp_path_factory):
+    """A run SIGKILLed at step 8 (checkpoints 3 and 6 committed), killed once and copied into each test that damages it."""
+    run = tmp_path_factory.mktemp("killed-at-8") / "run"
     assert run_rubin(_args(run), env={"RUBIN_FAULT": CRASH_AT_8}).returncode == -9
+    return run
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_damaged_newest_checkpoint_falls_back_and_completes(tmp_path, reference, killed_at_8, damage):
+    run = tmp_path / "run"
+    shutil.copytree(killed_at_8, run, symlinks=True)  # run.dir may change on resume
     DAMAGES[damage](_ckpt(run, 6))
     p = run_rubin(_args(run))
     assert p.returncode == 0, p.stderr[-2000:]
