@@ -73,3 +73,19 @@ def test_field_descriptions_are_the_help():
     assert "data.batch_size = 64" in text
     assert "GLOBAL batch per optimizer step" in text
     assert "checkpoint.async = False" in text
+
+
+def test_picking_another_model_on_the_demo_drops_the_demo_vit_arguments():
+    assert load_config(None, ["model.name=mlp"]).model.args == {}
+    assert load_config(None, ["model.import=pkg.mod:build"]).model.args == {}
+    assert load_config(None, ["model.name=mlp", "model.args.hidden=64"]).model.args == {"hidden": 64}
+    demo = load_config(None, []).model.args
+    assert demo["patch_size"] == 4
+    assert load_config(None, ["model.name=vit"]).model.args == demo  # the same model keeps its shape
+    assert load_config(None, ["model.args.dim=32"]).model.args == {**demo, "dim": 32}
+
+
+def test_a_config_file_keeps_its_model_arguments(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("run: {max_steps: 2}\nmodel: {name: vit, args: {patch_size: 2}}\n")
+    assert load_config(f, ["model.name=mlp"]).model.args == {"patch_size": 2}  # the file says so: its error to fix

@@ -206,6 +206,8 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, *, 
     """Resolve a config from a YAML file (or the demo defaults) plus --set overrides."""
     if path is None:
         data = dict(base if base is not None else demo_defaults())
+        if base is None:
+            data["model"] = _demo_model(data["model"], overrides or [])
     else:
         data = load_mapping(path, "config file", "pass a YAML file (see examples/) or no CONFIG for the demo")
     for item in overrides or []:
@@ -218,6 +220,16 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, *, 
 
 def _loc(err: ValidationError) -> str:
     return ".".join(str(p) for p in err.errors()[0]["loc"] if not isinstance(p, int)) or "section.key"
+
+
+def _demo_model(model: dict, overrides: list[str]) -> dict:
+    """The demo's model section, without its ViT arguments when --set picks another model:
+    ``--set model.name=mlp`` means the MLP's own defaults (plus any ``model.args`` given with it),
+    not an MLP handed ``patch_size``."""
+    keys = {item.split("=", 1)[0].strip(): item.split("=", 1)[1].strip() for item in overrides if "=" in item}
+    if keys.get("model.name", model["name"]) != model["name"] or "model.import" in keys:
+        return {k: v for k, v in model.items() if k != "args"}
+    return model
 
 
 def demo_defaults() -> dict:
