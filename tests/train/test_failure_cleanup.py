@@ -39,10 +39,10 @@ def _another_process_can_lock(run: Path) -> subprocess.CompletedProcess:
 
 
 def test_a_halt_lets_the_async_save_in_flight_commit_before_exiting(tmp_path):
-    """The save of step 3 is still being written (held 5 s) when a NaN at step 5 halts the run at the
+    """The save of step 3 is still being written (held 8 s) when a NaN at step 5 halts the run at the
     step-6 check. Exit would cut the daemon writer off and lose step 3; it must commit first."""
     run = tmp_path / "run"
-    fault = "pause@phase=checkpoint,step=3,seconds=5;nan@step=5"
+    fault = "pause@phase=checkpoint,step=3,seconds=8;nan@step=5"
     p = run_rubin(train_args(run, ASYNC_CFG, "faults.nan_policy=halt"), env=child_env(fault))
     assert p.returncode == 1 and "nan_policy=halt" in p.stderr, p.stderr[-2000:]
     assert "waiting for the checkpoint of step 3 to commit" in p.stdout + p.stderr
