@@ -104,3 +104,15 @@ def test_the_trainer_runs_the_loop_with_automatic_collection_off(tmp_path, monke
     assert r.exit_code == 0, r.stderr[-2000:]
     assert [s for s, _ in states] == list(range(1, 13)) and not any(on for _, on in states)
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_objects_the_caller_froze_stay_frozen():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        policy = GcPolicy(10)
+        policy.start()
+        policy.stop()
+        assert gc.get_freeze_count() == frozen and gc.isenabled()
+    finally:
+        gc.unfreeze()

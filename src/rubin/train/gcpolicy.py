@@ -28,14 +28,16 @@ FULL_EVERY = 20  # young collections per full one
 class GcPolicy:
     def __init__(self, every_steps: int | None):
         self.every = every_steps
-        self.active = False
+        self.active = self.froze = False
         self.collections = 0  # young and full, for tests and the curious
 
     def start(self) -> None:
         if not self.every or self.active or not gc.isenabled():
             return  # off, or the caller already manages the collector: leave it as it is
         gc.collect()
-        gc.freeze()
+        self.froze = gc.get_freeze_count() == 0  # a caller's own frozen objects are theirs to unfreeze
+        if self.froze:
+            gc.freeze()
         gc.disable()
         self.active = True
 
@@ -47,5 +49,6 @@ class GcPolicy:
     def stop(self) -> None:
         if self.active:
             self.active = False
-            gc.unfreeze()
+            if self.froze:
+                gc.unfreeze()
             gc.enable()

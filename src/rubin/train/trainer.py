@@ -168,10 +168,11 @@ class Trainer:
         is a daemon thread that exit would cut off). One rank only: with peers, the commit waits for
         theirs, which may be gone, and an elastic restart resumes from the last committed one anyway."""
         writer = getattr(getattr(self, "ckpt", None), "async_writer", None)
-        if writer is None or not writer.busy or self.info.world_size > 1:
+        step = writer.inflight_step if writer is not None and self.info.world_size == 1 else None
+        if step is None:
             return
         # stderr even under --quiet: it says why the exit waits
-        print(f"rubin: waiting for the checkpoint of step {writer.inflight_step} to commit before exiting", file=sys.stderr, flush=True)
+        print(f"rubin: waiting for the checkpoint of step {step} to commit before exiting", file=sys.stderr, flush=True)
         try:
             writer.wait()
         except Exception as err:  # noqa: BLE001 - the failure being reported comes first
