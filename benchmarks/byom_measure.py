@@ -27,8 +27,8 @@ CHILD = r'''
 import json, resource, sys, torch
 sys.path.insert(0, sys.argv[1])
 from examples.byom.nanogpt import GPT, GPTConfig
-from rubin.train.blocks import find_blocks
-from rubin.train.strategy import apply_activation_checkpointing
+from rubin.workloads.contract.blocks import find_blocks
+from rubin.workloads.contract.blocks import apply_activation_checkpointing
 torch.manual_seed(0)
 mode, n_layer, n_embd, seq, batch = sys.argv[2], *map(int, sys.argv[3:7])
 model = GPT(GPTConfig(n_layer=n_layer, n_head=4, n_embd=n_embd, block_size=seq, vocab_size=512))
@@ -71,8 +71,8 @@ def memory(trials: int, n_layer: int, n_embd: int, seq: int, batch: int) -> None
 def flops() -> None:
     import torch
 
-    from rubin.train.flops import count_step
     from rubin.workloads import DataInfo, build_model, flops_per_sample
+    from rubin.workloads.contract.flops import count_step
 
     cases = {
         "mlp": (DataInfo.classification((16,), 4), lambda n: (torch.randn(n, 16), torch.randint(0, 4, (n,)))),

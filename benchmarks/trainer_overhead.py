@@ -36,8 +36,8 @@ from rubin import workloads
 from rubin.runs import RunDir
 from rubin.train.config import load_config
 from rubin.train.optim import build_optimizer, build_scheduler
-from rubin.train.task import loss_fn
 from rubin.train.trainer import train
+from rubin.workloads.contract.outputs import loss_fn
 
 WARMUP = 20
 LOG_EVERY = 10
@@ -110,7 +110,7 @@ def marks_on_metrics(window: Window, last_step: int):
 def rubin_side(cfg) -> tuple[float, float]:
     window = Window()
     with marks_on_metrics(window, cfg.run.max_steps):
-        train(cfg, quiet=True, resume=False)
+        train(cfg, resume=False)
     return window.figures(cfg.run.max_steps - WARMUP, cfg.data.batch_size)
 
 

@@ -22,7 +22,7 @@ def fake_trainer(calls):
         assert path is None
         return FakeConfig(overrides)
 
-    def train(cfg, force, resume, quiet):
+    def train(cfg, force, resume):
         calls.append(cfg.overrides)
         k = len(calls) % 2  # the two repeats of a workload differ, so the figure is a real summary of both
         sps = (150.0, 250.0)[k]
@@ -126,7 +126,7 @@ def test_logged_intervals_are_the_trials_and_the_first_is_dropped(monkeypatch, c
     def load_config(path, overrides, base=None):
         return FakeConfig(overrides)
 
-    def train(cfg, force, resume, quiet):
+    def train(cfg, force, resume):
         run_dir = dict(o.split("=", 1) for o in cfg.overrides)["run.dir"]
         run = RunDir(run_dir)
         Path(run_dir).mkdir(parents=True)

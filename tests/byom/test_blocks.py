@@ -4,7 +4,7 @@ import pytest
 from torch import nn
 
 from rubin.errors import UsageError
-from rubin.train.blocks import find_blocks, missing_warning
+from rubin.workloads.contract.blocks import find_blocks, missing_warning
 
 
 class Block(nn.Module):

@@ -8,7 +8,7 @@ import torch
 from train.trainhelp import mlp_args, summary
 from utils import invoke
 
-from rubin.train.export import clean_key
+from rubin.train.checkpoint.export import clean_key
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from rubin.train.flops import count_step, obtain
 from rubin.workloads import DataInfo, build_model, flops_per_sample
+from rubin.workloads.contract.flops import count_step, obtain
 
 # The reference workloads carry analytic counts (PaLM's 6NT + attention for GPT, per-layer sums for the
 # others). The counter must agree within 5% on each; measured figures are in the report.

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from rubin.errors import UsageError
-from rubin.train.outputs import Objective, check_batch, logits_of, takes_targets
+from rubin.workloads.contract.outputs import Objective, check_batch, logits_of, takes_targets
 
 LOGITS = torch.arange(12.0).reshape(4, 3)
 

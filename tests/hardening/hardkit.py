@@ -65,7 +65,8 @@ def recommit(folder: Path) -> None:
     step = int(man.get("step", 0))
     for name in (mf.MANIFEST, mf.COMMITTED):
         (folder / name).unlink(missing_ok=True)
-    new = mf.build(folder, step, {k: v for k, v in man.items() if k not in ("files", "bytes", "step")})
+    new = mf.build(folder, step, {k: v for k, v in man.items() if k not in ("files", "bytes", "step")},
+                   world_size=int(man.get("world_size", 1)))
     key = os.environ.pop(mf.KEY_ENV, None)  # the attacker does not have the signing key
     try:
         mf.write_marker(folder, step, mf.write(folder, new))

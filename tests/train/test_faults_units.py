@@ -181,13 +181,13 @@ def _hooks(tmp_path, *, fp16=False, spike_factor=None):
 
     from rubin.runs import RunDir
     from rubin.train.config import Config
-    from rubin.train.faults.hooks import FaultHooks
+    from rubin.train.faults.policy import FaultPolicy
 
     cfg = Config.model_validate({"run": {"max_steps": 10}, "faults": {"nan_policy": "rollback", "spike_factor": spike_factor}})
     run = RunDir(tmp_path)
     run.create()
     info = SimpleNamespace(rank=0, world_size=1, device=None, backend=None, is_main=True)
-    return FaultHooks(cfg, info, run, fp16=fp16), run
+    return FaultPolicy(cfg, info, run, fp16=fp16), run
 
 
 def test_check_reads_every_recorded_step_and_names_the_first_bad_one(tmp_path):

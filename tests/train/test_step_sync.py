@@ -19,7 +19,7 @@ from utils import invoke
 
 import rubin
 from rubin.train import trainer as trainer_mod
-from rubin.train.faults import hooks
+from rubin.train.faults import policy
 
 SYNCS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__")
 RUBIN_SRC = str(Path(rubin.__file__).resolve().parent)
@@ -38,7 +38,7 @@ def _watch(monkeypatch, device_type: str | None = None):
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    step_fn, check_fn = trainer_mod.Trainer._train_step, hooks.FaultHooks.check
+    step_fn, check_fn = trainer_mod.Trainer._step, policy.FaultPolicy.check
 
     def train_step(self, batches):
         current["step"] = self.loop.step + 1
@@ -51,9 +51,9 @@ def _watch(monkeypatch, device_type: str | None = None):
         checked.add(step)
         return check_fn(self, step, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_mod.Trainer, "_train_step", train_step)
-    monkeypatch.setattr(hooks.FaultHooks, "check", check)
-    monkeypatch.setattr(hooks, "CHECK_EVERY_S", 1e9)  # only the loop's own points: log, save, eval, last
+    monkeypatch.setattr(trainer_mod.Trainer, "_step", train_step)
+    monkeypatch.setattr(policy.FaultPolicy, "check", check)
+    monkeypatch.setattr(policy, "CHECK_EVERY_S", 1e9)  # only the loop's own points: log, save, eval, last
     return syncs, checked
 
 
@@ -82,7 +82,7 @@ def test_nan_policy_skip_pays_one_read_per_step(tmp_path, monkeypatch):
 def test_gpu_steps_between_log_points_do_not_synchronize(tmp_path, monkeypatch):
     """The steps between log points run under ``torch.cuda.set_sync_debug_mode("error")``."""
     _, checked = _watch(monkeypatch)
-    step_fn = trainer_mod.Trainer._train_step
+    step_fn = trainer_mod.Trainer._step
     expected_checks = {1, 4, 8, 12}
     errors = []
 
@@ -100,7 +100,7 @@ def test_gpu_steps_between_log_points_do_not_synchronize(tmp_path, monkeypatch):
         finally:
             torch.cuda.set_sync_debug_mode("default")
 
-    monkeypatch.setattr(trainer_mod.Trainer, "_train_step", strict_step)
+    monkeypatch.setattr(trainer_mod.Trainer, "_step", strict_step)
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # what run.deterministic sets on CUDA; restored after the test
     run = tmp_path / "run"
     r = invoke(["train", "--quiet", *mlp_args(run, 12, "telemetry.log_every_steps=4", "run.device=cuda", "data.num_workers=0")])

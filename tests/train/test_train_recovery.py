@@ -17,6 +17,7 @@ from trainhelp import events, summary
 from utils import invoke, run_rubin
 
 pytestmark = pytest.mark.slow
+REFERENCE_CFG = FAULT_CFG  # the `reference` fixture (conftest.py) trains it once, uninterrupted
 STEPS = 12
 
 
@@ -31,13 +32,6 @@ NAN_5 = scenario("NaN at step 5, nan_policy=rollback").fault
 def _args(run_dir, *extra):
     return train_args(run_dir, FAULT_CFG, *extra)  # 12 steps, a checkpoint every 3, one DataLoader worker
 
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    run = tmp_path_factory.mktemp("ref") / "run"
-    p = run_rubin(_args(run))
-    assert p.returncode == 0, p.stderr
-    return summary(run)["param_digest"]
 
 
 def _ckpt(run, step):
@@ -167,10 +161,10 @@ def _committed(run) -> list[int]:
 def in_process_nan_at_5(monkeypatch):
     """Run ``rubin train`` in this process with RUBIN_FAULT=nan@step=5 and only the loop's own flag checks
     (log, save, eval, last step): the timed check, about once a second, would read every step on slow cores."""
-    from rubin.train.faults import hooks, inject
+    from rubin.train.faults import inject, policy
 
     monkeypatch.setenv("RUBIN_FAULT", NAN_5)
-    monkeypatch.setattr(hooks, "CHECK_EVERY_S", 1e9)
+    monkeypatch.setattr(policy, "CHECK_EVERY_S", 1e9)
     inject.reload()
     yield lambda args: invoke(args)
     monkeypatch.delenv("RUBIN_FAULT")

@@ -6,6 +6,7 @@ from trainhelp import events, summary
 from utils import run_rubin
 
 pytestmark = pytest.mark.slow
+REFERENCE_CFG = RESUME_CFG  # the `reference` fixture (conftest.py) trains it once, uninterrupted
 STEPS = 40  # 16 steps per epoch: the run crosses two epoch boundaries
 
 
@@ -13,13 +14,6 @@ def _args(run_dir):
     # micro batch 8 of a global 32: 4 accumulation micro-steps; dropout exercises the RNG state.
     return train_args(run_dir, RESUME_CFG)
 
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    run = tmp_path_factory.mktemp("ref") / "run"
-    p = run_rubin(_args(run))
-    assert p.returncode == 0, p.stderr
-    return summary(run)["param_digest"]
 
 
 # mid-epoch, mid-accumulation (two micro-batches' gradients lost), first step of epoch 2, in backward, in the optimizer

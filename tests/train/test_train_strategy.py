@@ -5,7 +5,7 @@ import torch
 from trainhelp import losses, mlp_args
 from utils import invoke
 
-from rubin.train.strategy import apply_activation_checkpointing
+from rubin.workloads.contract.blocks import apply_activation_checkpointing
 
 
 def test_activation_checkpointing_recomputes_each_block_in_backward():

@@ -119,7 +119,7 @@ def run_one(workload: str, precision: str, params: dict, ctx) -> dict:
             if flops is None:
                 flops = _flops_per_sample(cfg)
             with PowerSampler(list(range(ctx.gpu_count))) as power:
-                s = train(cfg, force=True, resume=False, quiet=True)
+                s = train(cfg, force=True, resume=False)
             # The logged intervals are the trials; the first of each run holds the warm-up.
             intervals.extend(RunDir(Path(tmp) / "run").metrics()[1:])
             summaries.append(s)

@@ -19,7 +19,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from rubin.train.export import export
+    from rubin.train.checkpoint.export import export
 
     result = export(args.run, args.to, args.format, force=args.force)
     if args.json:

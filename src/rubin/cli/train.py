@@ -43,6 +43,10 @@ def run(args) -> int:
     if args.from_deepspeed:
         overrides = _deepspeed_overrides(args.from_deepspeed, quiet=args.quiet or args.json) + overrides
     cfg = load_config(args.config, overrides)
+    if cfg.launch is not None:  # train ignores it, but a typo in it is still bad input here, not at `rubin launch` time
+        from rubin.launch.spec import launch_section
+
+        launch_section(cfg.launch)
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
@@ -50,10 +54,11 @@ def run(args) -> int:
         from rubin.cli.checkpoint import verify_dir
 
         return verify_dir(str(cfg.run_dir), as_json=args.json)
+    from rubin.train.observe.console import Console
     from rubin.train.trainer import train
 
     # A preemption raises Preempted (exit 75); the CLI boundary prints it like any RubinError.
-    summary = train(cfg, force=args.force, resume=not args.no_resume, quiet=args.quiet or args.json)
+    summary = train(cfg, force=args.force, resume=not args.no_resume, console=Console(quiet=args.quiet or args.json))
     if args.json:
         import json
 

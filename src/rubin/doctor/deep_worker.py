@@ -20,17 +20,19 @@ def _emit(obj: dict, code: int = 0) -> None:
 def gpu(index: int) -> None:
     import torch
 
+    from rubin.platform import device as seam
+
     t0 = time.perf_counter()
-    dev = torch.device("cuda", index)
+    dev = seam.pick_device(index, "cuda")
     a = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(0))
     b = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(1))
     big = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device=dev)  # 256 MiB allocation
     c = (a.to(dev) @ b.to(dev)).cpu()
-    torch.cuda.synchronize(dev)
+    seam.synchronize(dev)
     err = float((c - a @ b).abs().max())
     del big
     _emit({"ok": err < 1e-2, "max_abs_err": err, "seconds": time.perf_counter() - t0,
-           "name": torch.cuda.get_device_name(dev), "capability": list(torch.cuda.get_device_capability(dev))},
+           "name": seam.device_name(dev), "capability": list(seam.capability(dev))},
           0 if err < 1e-2 else 1)
 
 
@@ -40,13 +42,14 @@ def allreduce(rank: int, world: int, port: int, backend: str, fail: bool, timeou
     import torch
     import torch.distributed as dist
 
+    from rubin.platform import device as seam
+
     if fail:  # fault injection for the test of "names the failing rank"
         _emit({"ok": False, "rank": rank, "error": "injected failure before init_process_group"}, 1)
     t0 = time.perf_counter()
     kw = {}
     if backend == "nccl":
-        torch.cuda.set_device(rank)
-        kw["device_id"] = torch.device("cuda", rank)
+        kw["device_id"] = seam.pick_device(rank, "cuda")  # sets this rank's current device
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout_s), **kw)
     dev = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")

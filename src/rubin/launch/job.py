@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from rubin.errors import UsageError, bad_choice, load_mapping
-from rubin.launch.spec import SECRET_VALUE, LaunchConfig, parse_duration
+from rubin.launch.partition import partition_limit
+from rubin.launch.spec import SECRET_VALUE, LaunchConfig, launch_section, parse_duration
 
 TARGETS = ("local", "slurm", "k8s", "azureml", "skypilot")
 CONTAINER_TARGETS = ("k8s", "azureml", "skypilot")
@@ -86,7 +87,7 @@ def load_launch_config(config: str, sets: list[str], launch_file: str | None):
             extra = extra["launch"]
         data["launch"] = {**(data.get("launch") or {}), **extra}
     cfg = load_config(None, sets, base=data)
-    return cfg, (cfg.launch or LaunchConfig())
+    return cfg, launch_section(cfg.launch)
 
 
 def resolve(target: str, config: str, sets: list[str] | None = None, launch_file: str | None = None,
@@ -141,8 +142,6 @@ def _check_target(job: Job, env: dict) -> None:
             raise UsageError(f"launch.secrets.{name} has no key_vault reference: Azure ML jobs read secrets from a Key Vault; "
                              f"set launch.secrets.{name}.key_vault=VAULT/SECRET")
     if t == "slurm":
-        from rubin.launch.slurm import partition_limit
-
         cap, what = partition_limit(lc.partition, gpu=lc.accelerator == "gpu")
         if cap is not None and lc.gpus_per_node > cap:
             raise UsageError(f"launch.gpus_per_node={lc.gpus_per_node} is not valid: {what} offers {cap} per node; "

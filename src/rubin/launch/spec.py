@@ -1,6 +1,7 @@
 """The ``launch:`` section: where and how a training config runs, typed and strict.
 
-It lives inside a train config (``rubin train`` validates it and ignores it) or in its own file
+It lives inside a train config (which holds it as an opaque mapping; ``launch_section`` validates it
+for ``rubin launch`` and ``rubin train``) or in its own file
 given with ``rubin launch --launch FILE``. Secrets are references only: the job file names where a
 value comes from (the submitting shell, a Kubernetes Secret, an Azure Key Vault), never the value.
 """
@@ -10,7 +11,9 @@ from __future__ import annotations
 import re
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rubin.errors import validation_error
 
 # Variable names that hold credentials, and values shaped like well-known credentials.
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|(^|_)KEY$|(^|_)SAS($|_)|AUTH", re.I)
@@ -154,6 +157,18 @@ class LaunchConfig(_Section):
         if self.rdzv_host is not None and not self.rdzv_host.strip():
             raise ValueError("launch.rdzv_host is empty: give a host name or address, e.g. 127.0.0.1")
         return self
+
+
+class _Holder(_Section):
+    launch: LaunchConfig  # so an error names the key as the config spells it: launch.nodes
+
+
+def launch_section(mapping: dict | None, *, fix: str = "fix it in the config or with --set") -> LaunchConfig:
+    """The train config's ``launch`` mapping, validated; defaults where it is absent. Bad input: one UsageError line."""
+    try:
+        return _Holder.model_validate({"launch": mapping or {}}).launch
+    except ValidationError as err:
+        raise validation_error(err, _Holder, fix=fix) from None
 
 
 def _show(value: str) -> str:

@@ -10,7 +10,7 @@ states and step phases (``memory.py``): only the activations come from the measu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from rubin.errors import UsageError, bad_choice, bad_value
 from rubin.plan.shapes import ModelShape
@@ -61,7 +61,7 @@ class _Call:
     """Calls the model the way ``rubin train`` does: with ``targets=`` when forward takes them (nanoGPT)."""
 
     def __init__(self, model, y):
-        from rubin.train.outputs import takes_targets
+        from rubin.workloads.contract.outputs import takes_targets
 
         self.model, self.y = model, y
         self.kw = "targets" if takes_targets(model) else None
@@ -88,7 +88,7 @@ def _one(src: Source, b: int, s: int, regime: str, checkpointing: bool, device, 
     import torch
 
     from rubin.plan.measure import forward_saved, measure_step
-    from rubin.train.blocks import model_blocks
+    from rubin.workloads.contract.blocks import model_blocks
 
     torch.manual_seed(0)
     model = build(src, s).to(device)
@@ -219,7 +219,3 @@ def _head_params(model, out: int) -> int:
 
 def _largest_leaf(model) -> float:
     return float(max((p.numel() for p in model.parameters()), default=0))
-
-
-def with_target(shape: ModelShape, seq_len: int | None) -> ModelShape:
-    return shape if seq_len is None or not shape.lm_head else replace(shape, seq_len=seq_len)

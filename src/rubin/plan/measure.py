@@ -10,7 +10,7 @@ Two numbers per step, both from the real thing, not from a formula:
   ``max_memory_allocated`` through the device seam; on the CPU there is no allocator counter, so the
   profiler's memory events (every allocation and free the CPU allocator reports) are summed in order.
 
-The step is the one ``rubin train`` runs: ``rubin.train.task.loss_fn``, AdamW, activation
+The step is the one ``rubin train`` runs: ``rubin.workloads.contract.outputs.loss_fn``, AdamW, activation
 checkpointing by patching each block's ``forward`` as ``train/strategy.py`` does.
 """
 
@@ -85,10 +85,10 @@ def forward_saved(model, x, y, *, task: str, precision: str = "fp32", checkpoint
     is fixed once forward is done, so this is a third of a step. ``ops``: also return (op name, dtypes)."""
     import torch
 
-    from rubin.train.task import loss_fn
+    from rubin.workloads.contract.outputs import loss_fn
 
     if checkpointing:
-        from rubin.train.strategy import apply_activation_checkpointing
+        from rubin.workloads.contract.blocks import apply_activation_checkpointing
 
         apply_activation_checkpointing(list(blocks or []))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
@@ -164,11 +164,11 @@ def measure_step(model, x, y, *, task: str, precision: str = "fp32", checkpointi
     import torch
 
     from rubin.platform import device as dev
-    from rubin.train.task import loss_fn
+    from rubin.workloads.contract.outputs import loss_fn
 
     device = device or x.device
     if checkpointing:
-        from rubin.train.strategy import apply_activation_checkpointing
+        from rubin.workloads.contract.blocks import apply_activation_checkpointing
 
         apply_activation_checkpointing(list(blocks or []))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)

@@ -35,7 +35,7 @@ def _saved_bytes_per_sample(module, x) -> dict:
     import torch
 
     from rubin.plan.measure import count_saved
-    from rubin.train.task import loss_fn
+    from rubin.workloads.contract.outputs import loss_fn
 
     target = torch.zeros(x.shape[0], dtype=torch.long)
     out = {}

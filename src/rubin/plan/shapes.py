@@ -49,15 +49,6 @@ class ModelShape:
     def is_transformer(self) -> bool:
         return self.kind == "transformer"
 
-    def training_flops_per_sample(self) -> float | None:
-        """PaLM appendix B: 6 N T + 12 L h T^2 per sequence (N without the position table)."""
-        if self.flops_per_sample is not None:
-            return self.flops_per_sample
-        if self.is_transformer and self.seq_len:
-            s = self.seq_len
-            return 6 * self.params * s + 12 * self.layers * self.hidden * s * s
-        return None
-
     def with_seq_len(self, seq_len: int | None) -> "ModelShape":
         return self if seq_len is None else replace(self, seq_len=seq_len)
 

@@ -70,8 +70,3 @@ def regime_of(precision: str) -> str:
     if precision.startswith("amp-"):
         return "amp"
     return "half"
-
-
-def table_rows() -> list[dict]:
-    """The table as rows, for the docs and ``--json``."""
-    return [{"tensor": k, "fp32": v.fp32, "amp": v.amp, "half": v.half, "reason": v.reason} for k, v in TABLE.items()]

@@ -7,7 +7,6 @@ Every figure that has a spread shows it (bands, whiskers, ranges); projections s
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from rubin.report import svg
 
@@ -243,7 +242,3 @@ def certificate(data: dict, src: str) -> Section:
                                                       for st in data.get("stages", [])])
     s.table(("input", "sha256"), [(k, v[:16] + "…") for k, v in (data.get("inputs") or {}).items()])
     return s
-
-
-def source_name(p) -> str:
-    return Path(str(p)).name or str(p)

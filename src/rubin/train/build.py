@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import sys
 import time
 
 import yaml
@@ -61,18 +60,18 @@ def total_steps(cfg, steps_per_epoch: int) -> int:
     return max(1, math.ceil(cfg.run.epochs * steps_per_epoch))
 
 
-def prepare_run_dir(cfg, rank: int, *, force: bool, resume: bool) -> tuple[RunDir, bool]:
-    """Create or reopen the run dir. Returns (run, resuming). Never clobbers an existing run."""
+def prepare_run_dir(cfg, rank: int, *, force: bool, resume: bool, warn) -> tuple[RunDir, bool]:
+    """Create or reopen the run dir. Returns (run, resuming). Never clobbers an existing run. WARN takes a warning line."""
     run = RunDir(cfg.run_dir, rank=rank)
     lock = run.lock()  # one writer per run dir, held until the run ends; a second job gets a one-line error
     try:
-        return _reopen(run, lock, cfg, rank, force=force, resume=resume)
+        return _reopen(run, lock, cfg, rank, force=force, resume=resume, warn=warn)
     except BaseException:
         lock.release()
         raise
 
 
-def _reopen(run: RunDir, lock, cfg, rank: int, *, force: bool, resume: bool) -> tuple[RunDir, bool]:
+def _reopen(run: RunDir, lock, cfg, rank: int, *, force: bool, resume: bool, warn) -> tuple[RunDir, bool]:
     new_text = cfg.to_yaml()
     old = run.read_config()  # a garbled config.yaml is a one-line error, not a crash
     old_text = None if old is None else new_text
@@ -102,7 +101,7 @@ def _reopen(run: RunDir, lock, cfg, rank: int, *, force: bool, resume: bool) -> 
     if damaged:  # tolerated (readers skip them), but said once, so nobody trusts a file that lost lines
         msg = f"{len(damaged)} damaged line(s) in the run dir's logs are skipped, e.g. {damaged[0]}"
         run.event("warning", message=msg, lines=damaged[:20])
-        print(f"warning: {msg}", file=sys.stderr)
+        warn(msg)
     run.write_config(new_text)
     return run, old_text is not None
 
@@ -130,14 +129,14 @@ def completed_run(cfg, total_steps: int, *, resume: bool, force: bool) -> dict |
     return summary if int(summary.get("steps") or 0) >= total_steps else None
 
 
-def open_run_dir(cfg, info, *, force: bool, resume: bool) -> tuple[RunDir, bool]:
+def open_run_dir(cfg, info, *, force: bool, resume: bool, warn) -> tuple[RunDir, bool]:
     """``prepare_run_dir`` on rank 0, its verdict shared with every rank; returns (run, resuming) on each."""
     from rubin.train import distributed
 
     result, run = None, None
     if info.is_main:
         try:
-            run, resuming = prepare_run_dir(cfg, 0, force=force, resume=resume)  # kept: it may hold open files
+            run, resuming = prepare_run_dir(cfg, 0, force=force, resume=resume, warn=warn)  # kept: it may hold open files
             result = ("ok", resuming)
         except UsageError as err:
             result = ("error", str(err))

@@ -15,7 +15,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rubin.errors import UsageError, load_mapping, validation_error
-from rubin.launch.spec import LaunchConfig
 
 
 class _Section(BaseModel):
@@ -132,7 +131,8 @@ class Config(_Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
-    launch: Optional[LaunchConfig] = Field(None, description="where and how `rubin launch` runs this config (validated; ignored by train)")
+    # Opaque here: train/ does not know launch targets. rubin.launch.spec.launch_section validates it (rubin launch and rubin train).
+    launch: Optional[dict[str, Any]] = Field(None, description="where and how `rubin launch` runs this config (see rubin launch --help)")
 
     @model_validator(mode="after")
     def _needs_length(self):

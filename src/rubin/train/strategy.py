@@ -9,7 +9,6 @@ contents ``save_state`` / ``load_state``. No other module branches on the strate
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from rubin.errors import bad_value
+from rubin.workloads.contract.blocks import apply_activation_checkpointing
 
 
 def resolve(name: str, world_size: int) -> str:
@@ -29,13 +29,6 @@ def resolve(name: str, world_size: int) -> str:
                         "launch with `torchrun --nproc-per-node=N -m rubin train ...`, or use strategy=auto or single")
     return name
 
-
-def apply_activation_checkpointing(blocks: list[nn.Module]) -> None:
-    """Recompute each block in backward. Patches ``forward`` on the instance, so state-dict keys do not change."""
-    from torch.utils.checkpoint import checkpoint
-
-    for block in blocks:
-        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
 
 
 class Strategy:
@@ -83,7 +76,7 @@ class Strategy:
             norm = norm.full_tensor()
         return norm
 
-    # -- checkpoint contents: model and optimizer (checkpointing.py writes the rest) ------
+    # -- checkpoint contents: model and optimizer (the Checkpointer writes the rest) ------
     @property
     def can_snapshot(self) -> bool:
         """Whether ``state_dicts`` are plain tensors that rubin's own snapshot can stage (``checkpoint.async``).

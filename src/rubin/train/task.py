@@ -1,4 +1,6 @@
-"""What the loss is: cross-entropy on (inputs, targets), or next-token cross-entropy for a LM."""
+"""Evaluation: accuracy or perplexity over the eval split, summed over every rank.
+
+The loss itself is the workload contract's (``rubin.workloads.contract.outputs``)."""
 
 from __future__ import annotations
 
@@ -6,14 +8,7 @@ import math
 
 import torch
 
-from rubin.train.outputs import Objective, cross_entropy, forward, logits_of, takes_targets
-
-__all__ = ["Objective", "evaluate", "loss_fn"]
-
-
-def loss_fn(task: str, output, target: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of whatever ``forward`` returned (see ``rubin.train.outputs``)."""
-    return cross_entropy(task, logits_of(output), target)
+from rubin.workloads.contract.outputs import cross_entropy, forward, logits_of, takes_targets
 
 
 @torch.no_grad()

@@ -1,46 +1,50 @@
 """The training loop. It reads top to bottom; features hook in at named points.
 
-    train(cfg) -> summary dict       (the library entry point; ``rubin train`` calls it)
+    train(cfg, console=...) -> summary dict   (the library entry point; ``rubin train`` calls it)
 
-One step: ``_next_batches`` -> ``_train_step`` (forward and backward per micro-batch through
-``strategy.model``, clip, update; the step's loss and grad norm stay on the device) -> at a
-check point, ``_after_check``: ``faults.check`` reads the flags of the steps since the last
-check in one host sync -> NaN policy, preemption -> ``ckpt.maybe_save`` -> log -> eval.
+One step (``_step``): ``_next_batches`` -> ``_train_step`` (forward and backward per micro-batch
+through ``strategy.model``, clip, update; one ``faults.phase`` per phase; the loss and grad norm
+stay on the device) -> ``_after_step``: at a check point ``faults.flags_after`` reads the flags
+of the steps since the last check in one host sync -> NaN policy, preemption ->
+``ckpt.maybe_save`` -> log -> eval.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 
 import torch
 
 from rubin.errors import ExitCode, RubinError
 from rubin.train import build, distributed
-from rubin.train.blocks import find_blocks, missing_warning
-from rubin.train.checkpointing import Checkpointer, TrainState, reseed
-from rubin.train.console import Console
+from rubin.train.checkpoint.checkpointer import Checkpointer, TrainState, reseed
 from rubin.train.data import GlobalBatchSampler, eval_loader, plan_batches, shut_down_workers, train_loader
 from rubin.train.faults import PreemptionHandler, fault_point
-from rubin.train.faults.hooks import FaultHooks, StepFlags
-from rubin.train.flops import obtain as obtain_flops
+from rubin.train.faults.policy import FaultPolicy, StepFlags
 from rubin.train.gcpolicy import GcPolicy
+from rubin.train.observe.console import Console
+from rubin.train.observe.sinks import build_sinks
+from rubin.train.observe.sinks import require as require_sinks
+from rubin.train.observe.telemetry import Telemetry
 from rubin.train.optim import build_optimizer, build_scheduler
 from rubin.train.precision import Precision
-from rubin.train.sinks import build_sinks
-from rubin.train.sinks import require as require_sinks
 from rubin.train.strategy import Strategy, resolve
-from rubin.train.task import Objective, evaluate
-from rubin.train.telemetry import Telemetry
+from rubin.train.task import evaluate
+from rubin.workloads.contract.blocks import find_blocks, missing_warning
+from rubin.workloads.contract.flops import obtain as obtain_flops
+from rubin.workloads.contract.outputs import Objective
 
 
 class Preempted(RubinError):
     exit_code = ExitCode.PREEMPTED
 
 
-def train(cfg, *, force: bool = False, resume: bool = True, quiet: bool = False) -> dict:
+def train(cfg, *, force: bool = False, resume: bool = True, console: Console | None = None) -> dict:
+    """Train CFG to the end (or a preemption: ``Preempted``, exit 75). CONSOLE is the caller's (the CLI's);
+    without one, nothing but warnings is shown."""
+    console = console or Console(quiet=True)
     info = distributed.setup(cfg)
     # Signals are caught from here, not from the first step: a SIGTERM or Slurm's SIGUSR1 warning
     # during setup (a restore can take minutes) is then a stop at the first check (one step, an
@@ -48,7 +52,7 @@ def train(cfg, *, force: bool = False, resume: bool = True, quiet: bool = False)
     preempt = PreemptionHandler().install()
     ok, trainer = False, None
     try:
-        trainer = Trainer(cfg, info, force=force, resume=resume, quiet=quiet, preempt=preempt)
+        trainer = Trainer(cfg, info, force=force, resume=resume, console=console, preempt=preempt)
         summary = trainer.fit()
         ok = True
         return summary
@@ -67,10 +71,11 @@ def train(cfg, *, force: bool = False, resume: bool = True, quiet: bool = False)
         raise
     finally:
         if trainer is not None:  # on every exit path: live workers must never outlive the run or block the exit
-            shut_down_workers(getattr(trainer, "_iter", None), getattr(trainer, "loader", None), getattr(trainer, "eval_loader", None))
+            shut_down_workers(getattr(trainer, "_iter", None), getattr(trainer, "loader", None),
+                              getattr(trainer, "eval_loader", None))
             if not ok:
                 trainer.close()
-        preempt.uninstall()  # a second call after FaultHooks.stop changes nothing
+        preempt.uninstall()  # a second call after FaultPolicy.stop changes nothing
         if ok:
             distributed.teardown(info)
         else:
@@ -78,8 +83,8 @@ def train(cfg, *, force: bool = False, resume: bool = True, quiet: bool = False)
 
 
 class Trainer:
-    def __init__(self, cfg, info, *, force: bool, resume: bool, quiet: bool, preempt: PreemptionHandler | None = None):
-        self.cfg, self.info, self.t_start, self.preempt = cfg, info, time.time(), preempt
+    def __init__(self, cfg, info, *, force: bool, resume: bool, console: Console, preempt: PreemptionHandler | None = None):
+        self.cfg, self.info, self.t_start, self.preempt, self.console = cfg, info, time.time(), preempt, console
         self.run, self._held_warnings = None, []  # warnings before the run dir and console exist wait here
         self.last_loss: float | None = None
         torch.manual_seed(cfg.run.seed)  # same initial weights on every rank
@@ -92,16 +97,16 @@ class Trainer:
         train_ds, eval_ds, self.data_info = build.build_data(cfg, cache_dir=str(cfg.run_dir))
         self.task = cfg.data.task or self.data_info.task
         model = build.build_model(cfg, self.data_info)
-        found_blocks, self.blocks_how = find_blocks(model, cfg.distributed.blocks)  # a bad distributed.blocks stops here
+        found_blocks, self.blocks_how = find_blocks(model, cfg.distributed.blocks)  # a bad distributed.blocks: stops here
         self.sampler = GlobalBatchSampler(len(train_ds), self.plan, info.rank, seed=cfg.run.seed)
         self.total_steps = build.total_steps(cfg, self.sampler.steps_per_epoch())
         require_sinks(cfg.telemetry.sinks)
-        self.console = Console(enabled=info.is_main and not quiet, total_steps=self.total_steps)
-        self.completed = distributed.broadcast_object(info, build.completed_run(cfg, self.total_steps, resume=resume, force=force)
-                                                      if info.is_main else None)
+        self.console.begin(self.total_steps, main=info.is_main)
+        done = build.completed_run(cfg, self.total_steps, resume=resume, force=force) if info.is_main else None
+        self.completed = distributed.broadcast_object(info, done)
         if self.completed is not None:
             return  # rerunning a finished run: nothing is touched
-        self.run, resuming = build.open_run_dir(cfg, info, force=force, resume=resume)
+        self.run, resuming = build.open_run_dir(cfg, info, force=force, resume=resume, warn=self.console.warn)
         # -- the run exists from here on: a start that fails below still frees it (lock, files, handlers) --
         try:
             self._set_up(model, found_blocks, train_ds, eval_ds, resuming=resuming, force=force)
@@ -116,32 +121,33 @@ class Trainer:
         self.env = fingerprint(str(self.run.path)) if info.is_main else {}
         self.run.write_env(self.env)
         name = resolve(cfg.distributed.strategy, info.world_size)
-        self.flops = obtain_flops(model, self.data_info, train_ds, self.plan.micro_batch, self.task)  # before wrapping: meta copies
+        # before wrapping: counted on meta copies
+        self.flops = obtain_flops(model, self.data_info, train_ds, self.plan.micro_batch, self.task)
         if self.flops.source == "unavailable":
             self._warn(f"could not count the model's FLOPs ({self.flops.detail}): MFU is not reported; "
                        "give the model a flops_per_sample attribute or method")
-        self.objective = Objective(self.task, self.data_info.vocab_size if self.task == "lm" else self.data_info.num_classes,
-                                   model, warn=self._warn)
+        classes = self.data_info.vocab_size if self.task == "lm" else self.data_info.num_classes
         self.strategy = Strategy(
             name, model, info, blocks=self._blocks(found_blocks, name),
             compile=cfg.distributed.compile, act_ckpt=cfg.distributed.activation_checkpointing,
         )
         self.optimizer = build_optimizer(self.strategy.model, cfg.optim)
-        self.state = TrainState(self.strategy, self.optimizer, build_scheduler(self.optimizer, cfg.optim, self.total_steps),
-                                Precision(cfg.precision, info.device))
+        scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)
+        self.state = TrainState(self.strategy, self.optimizer, scheduler, Precision(cfg.precision, info.device))
         self.loader = train_loader(train_ds, self.sampler, cfg.data, info.device, cfg.run.seed)
         eval_batch = cfg.data.eval_batch_size or self.plan.micro_batch
-        self.eval_loader = None if eval_ds is None else eval_loader(eval_ds, info.rank, info.world_size, eval_batch, cfg.data, info.device)
-        self.telemetry = Telemetry(
-            cfg, info, self.run, build_sinks(cfg.telemetry.sinks, self.run, cfg.model_dump(mode="json", by_alias=True)),
-            flops_per_sample=self.flops.per_sample,
-            tokens_per_sample=self.data_info.tokens_per_sample, precision=cfg.precision,
-        )
-        self.faults = FaultHooks(cfg, info, self.run, fp16=self.state.precision.scaler is not None, preempt=self.preempt)
+        self.eval_loader = None if eval_ds is None else eval_loader(eval_ds, info.rank, info.world_size, eval_batch, cfg.data,
+                                                                    info.device)
+        sinks = build_sinks(cfg.telemetry.sinks, self.run, cfg.model_dump(mode="json", by_alias=True), warn=self.console.warn)
+        self.telemetry = Telemetry(cfg, info, self.run, sinks, flops_per_sample=self.flops.per_sample,
+                                   tokens_per_sample=self.data_info.tokens_per_sample, precision=cfg.precision)
+        self.faults = FaultPolicy(cfg, info, self.run, fp16=self.state.precision.scaler is not None, preempt=self.preempt,
+                                  say=self.console.notice)
+        self.objective = self.faults.objective(Objective(self.task, classes, model, warn=self._warn))
         if self.faults.spikes is not None:
             self.state.extras["spikes"] = self.faults.spikes  # its running median survives a resume or rollback
-        self.ckpt = Checkpointer(cfg, info, self.run, self.state, env=self.env, barrier=lambda: distributed.barrier(info),
-                                 say=self.console.print, beat=lambda step: self.faults.beat(step, "checkpoint"))
+        self.ckpt = Checkpointer(cfg, info, self.run, self.state, env=self.env, console=self.console,
+                                 heartbeat=self.faults.heartbeat)
         reseed(cfg.run.seed, info.rank)
         for message in self._held_warnings:
             self.console.print(f"warning: {message}")
@@ -171,12 +177,11 @@ class Trainer:
         step = writer.inflight_step if writer is not None and self.info.world_size == 1 else None
         if step is None:
             return
-        # stderr even under --quiet: it says why the exit waits
-        print(f"rubin: waiting for the checkpoint of step {step} to commit before exiting", file=sys.stderr, flush=True)
+        self.console.notice(f"rubin: waiting for the checkpoint of step {step} to commit before exiting")  # also --quiet
         try:
             writer.wait()
         except Exception as err:  # noqa: BLE001 - the failure being reported comes first
-            print(f"rubin: warning: that checkpoint did not commit: {err}", file=sys.stderr)
+            self.console.notice(f"rubin: warning: that checkpoint did not commit: {err}")
 
     @property
     def loop(self):
@@ -188,7 +193,8 @@ class Trainer:
             error = str(err) if isinstance(err, RubinError) else f"{type(err).__name__}: {err}"
             self.run.write_summary({"status": "failed", "exit_reason": "error", "error": error.splitlines()[0] if error else "",
                                     "steps": self.loop.step, "final_loss": self.last_loss, "world_size": self.info.world_size,
-                                    "run_dir": str(self.run.path), "wall_s": time.time() - self.t_start, **self.flops.as_dict()})
+                                    "run_dir": str(self.run.path), "wall_s": time.time() - self.t_start,
+                                    **self.flops.as_dict()})
             self.run.event("end", status="failed", step=self.loop.step, reason=error)
         except Exception:  # noqa: BLE001 - reporting the failure must not hide it
             pass
@@ -213,16 +219,16 @@ class Trainer:
     def fit(self) -> dict:
         if self.completed is not None:
             s = self.completed
-            self.console.print(f"run dir {s.get('run_dir') or str(self.cfg.run_dir)!r} is already complete at step {s.get('steps')}: "
+            where = s.get("run_dir") or str(self.cfg.run_dir)
+            self.console.print(f"run dir {where!r} is already complete at step {s.get('steps')}: "
                                "nothing to do (use another run.dir, or --force to start over)")
             self.console.summary(s, s.get("checkpoint"))
             return s
         cfg, loop, info = self.cfg, self.loop, self.info
+        restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
         self.run.event("start", step=loop.step, total_steps=self.total_steps, world_size=info.world_size,
                        strategy=self.strategy.name, precision=cfg.precision, device=str(info.device),
-                       restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), blocks=self.blocks_how,
-                       **self.flops.as_dict())
-        restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+                       restart_count=restarts, blocks=self.blocks_how, **self.flops.as_dict())
         if restarts:
             self.run.event("restart", restart_count=restarts, step=loop.step)
         self.faults.start(loop.step)
@@ -240,7 +246,7 @@ class Trainer:
                 batches = self._next_batches()
                 if batches is None:
                     continue
-                if self._train_step(batches) == "stop":
+                if self._step(batches) == "stop":
                     status, reason = "preempted", self.faults.stop_reason
                     break
                 gc_policy.step(self.loop.step)
@@ -270,58 +276,51 @@ class Trainer:
             return None
         return batches
 
-    def _train_step(self, batches) -> str | None:
-        cfg, loop, info, model, prec = self.cfg, self.loop, self.info, self.strategy.model, self.state.precision
-        step = loop.step + 1
-        self.faults.point("step", step)
-        losses, n = [], len(batches)
+    def _step(self, batches) -> str | None:
+        """One optimizer step and what follows it; "stop" when the run must end here (preempted)."""
+        step, loss_sum, grad_norm, updated = self._train_step(batches)
+        return self._after_step(step, loss_sum, grad_norm, updated)
+
+    def _train_step(self, batches) -> tuple:
+        model, prec, faults, n = self.strategy.model, self.state.precision, self.faults, len(batches)
+        step, losses = self.loop.step + 1, []
         for m, (x, y) in enumerate(batches):
-            x, y = x.to(info.device, non_blocking=True), y.to(info.device, non_blocking=True)
-            self.faults.point(f"micro-{m}", step)  # inside the accumulation window
+            x, y = x.to(self.info.device, non_blocking=True), y.to(self.info.device, non_blocking=True)
             with self.strategy.no_sync(m == n - 1):
-                self.faults.beat(step, "forward")
-                with prec.autocast():
+                with faults.phase(step, "forward", micro=m), prec.autocast():
                     loss = self.objective(model, x, y)
                     loss = loss / n if n > 1 else loss  # no extra kernel (and backward node) without accumulation
-                loss = self.faults.corrupt_loss(loss, step)
-                self.faults.beat(step, "backward")
-                prec.backward(loss)
+                with faults.phase(step, "backward"):
+                    prec.backward(loss)
             losses.append(loss.detach())
         loss_sum = losses[0] if n == 1 else torch.stack(losses).float().sum()
-        self.faults.beat(step, "optimizer")
-        prec.unscale(self.optimizer)
-        grad_norm = self.strategy.grad_norm_and_clip(cfg.optim.grad_clip)
-        self.faults.record(step, [loop.epoch, loop.sample_in_epoch], loss_sum, grad_norm)
-        skipped = False
-        if self.faults.check_before_update:  # nan_policy=skip must know before the update: one host sync per step
-            flags = self.faults.check(step, self.ckpt.minutes_due())
-            skipped = flags.bad_step is not None and self.faults.on_nonfinite(flags, loop, have_checkpoint=True) == "skip"
-            checked = flags
-        else:
-            checked = None
-        if skipped:
-            loop.nan_skips += 1
-        else:
-            prec.step(self.optimizer)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.state.scheduler.step()
-        loop.step, loop.sample_in_epoch = step, loop.sample_in_epoch + self.plan.global_batch
-        loop.samples_seen += self.plan.global_batch
-        loop.tokens_seen += self.plan.global_batch * self.data_info.tokens_per_sample
-        self.telemetry.on_step(step, self.plan.global_batch, None if skipped else loss_sum)
+        with faults.phase(step, "optimizer"):
+            prec.unscale(self.optimizer)
+            grad_norm = self.strategy.grad_norm_and_clip(self.cfg.optim.grad_clip)
+            updated = faults.allows_update(step, self.loop, loss_sum, grad_norm, save_due=self.ckpt.minutes_due)
+            if updated:
+                prec.step(self.optimizer)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.state.scheduler.step()
+        return step, loss_sum, grad_norm, updated
+
+    def _after_step(self, step: int, loss_sum, grad_norm, updated: bool) -> str | None:
+        """Advance the loop position; at a check point, the NaN policy, then save, log and eval."""
+        loop, cfg, batch = self.loop, self.cfg, self.plan.global_batch
+        loop.step, loop.sample_in_epoch, loop.samples_seen = step, loop.sample_in_epoch + batch, loop.samples_seen + batch
+        loop.tokens_seen += batch * self.data_info.tokens_per_sample
+        self.telemetry.on_step(step, batch, loss_sum if updated else None)
         log_due = self.telemetry.due(step) or step == self.total_steps
         eval_due = bool(cfg.run.eval_every_steps and step % cfg.run.eval_every_steps == 0 and step != self.total_steps)
-        if checked is None and (log_due or eval_due or self.ckpt.due(step) or self.faults.check_due(step)):
-            checked = self.faults.check(step, self.ckpt.minutes_due())
-        result = None if checked is None else self._after_check(step, checked, grad_norm, log_due, eval_due)
+        flags = self.faults.flags_after(step, due=log_due or eval_due or self.ckpt.due(step), save_due=self.ckpt.minutes_due)
+        result = None if flags is None else self._after_check(step, flags, grad_norm, log_due, eval_due)
         self.console.step(step)
         return result
 
     def _after_check(self, step: int, flags: StepFlags, grad_norm, log_due: bool, eval_due: bool) -> str | None:
         """The flags of every step up to STEP are read: NaN policy, then save, log and eval."""
-        if flags.bad_step is not None and not self.faults.check_before_update:
-            # rollback or halt: no checkpoint was saved since the bad step, since every save is checked first
-            self.faults.on_nonfinite(flags, self.loop, have_checkpoint=self.ckpt.has_checkpoint())
+        # rollback or halt: no checkpoint was saved since the bad step, since every save is checked first
+        if self.faults.on_bad_step(flags, self.loop, have_checkpoint=self.ckpt.has_checkpoint()):
             self._rollback(flags)
             return None
         if flags.stop:  # from the moment the emergency save commits, exit 75 whatever signal comes next
@@ -330,7 +329,8 @@ class Trainer:
         if flags.stop:
             self.faults.preempt.settle()
         if log_due or flags.stop:
-            row = self.telemetry.log(step, lr=self.state.scheduler.get_last_lr()[0], grad_norm=float(grad_norm), epoch=self._epoch_float())
+            lr = self.state.scheduler.get_last_lr()[0]
+            row = self.telemetry.log(step, lr=lr, grad_norm=float(grad_norm), epoch=self._epoch_float())
             self.last_loss = row["loss"]
             self.console.logged(row)
         if flags.stop:
@@ -347,10 +347,11 @@ class Trainer:
         skips, rollbacks = self.loop.data_skips + [flags.position], self.loop.rollbacks + 1
         to_step = self.ckpt.restore_latest(announce=False)
         if to_step is None:
-            raise RubinError(f"nan_policy=rollback at step {flags.bad_step}, but no committed checkpoint exists to roll back to; "
-                             "set checkpoint.every_steps or use nan_policy=skip")
+            raise RubinError(f"nan_policy=rollback at step {flags.bad_step}, but no committed checkpoint exists to roll back to;"
+                             " set checkpoint.every_steps or use nan_policy=skip")
         self.loop.data_skips, self.loop.rollbacks = skips, rollbacks
-        self.run.event("rollback", step=flags.bad_step, to_step=to_step, skipped_window=flags.position, rollbacks=rollbacks)
+        self.run.event("rollback", step=flags.bad_step, to_step=to_step, skipped_window=flags.position,
+                       rollbacks=rollbacks)
         self.telemetry.drop_losses()  # the interval's losses include the steps being undone
         self.faults.rewind(self.loop.step)
         self.sampler.set_epoch(self.loop.epoch, self.loop.sample_in_epoch)
@@ -361,11 +362,13 @@ class Trainer:
             return None
         self.faults.beat(step, "eval")
         t0 = time.perf_counter()
-        result = evaluate(self.strategy.model, self.eval_loader, self.task, self.info.device, self.state.precision, self.info)
+        result = evaluate(self.strategy.model, self.eval_loader, self.task, self.info.device, self.state.precision,
+                          self.info)
         self.telemetry.exclude_time(time.perf_counter() - t0)
         row = {"step": step, **result}
         self.telemetry.log_eval(row)
-        metric = f"accuracy {result['accuracy']:.4f}" if "accuracy" in result else f"perplexity {result['perplexity']:.2f}"
+        metric = (f"accuracy {result['accuracy']:.4f}" if "accuracy" in result
+                  else f"perplexity {result['perplexity']:.2f}")
         self.console.print(f"eval step {step}: loss {result['eval_loss']:.4f}  {metric}")
         return row
 
@@ -405,14 +408,16 @@ class Trainer:
         }
         self.run.write_summary(summary)
         if status == "preempted":
-            self.run.event("preempted", status=status, step=loop.step, reason=reason, reaction_s=self.faults.reaction_s)
+            self.run.event("preempted", status=status, step=loop.step, reason=reason,
+                           reaction_s=self.faults.reaction_s)
         else:
             self.run.event("end", status=status, step=loop.step, reason=reason)
         self.telemetry.close()
         self.console.summary(summary, summary["checkpoint"])
         self.run.close()
         if status == "preempted":
-            raise Preempted(f"preempted by {reason} at step {loop.step}: checkpoint committed; rerun the same command to resume")
+            raise Preempted(f"preempted by {reason} at step {loop.step}: checkpoint committed; "
+                            "rerun the same command to resume")
         if math.isnan(summary["final_loss"] or 0.0):
             raise RubinError("training ended with a NaN loss")
         return summary

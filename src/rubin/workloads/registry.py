@@ -81,8 +81,8 @@ def flops_per_sample(model, info: Optional[DataInfo] = None) -> Optional[float]:
 
 
 def model_blocks(model) -> list:
-    """The repeated blocks to wrap one by one; the rules live in ``rubin.train.blocks``."""
-    from rubin.train.blocks import model_blocks as find
+    """The repeated blocks to wrap one by one; the rules live in ``rubin.workloads.contract.blocks``."""
+    from rubin.workloads.contract.blocks import model_blocks as find
 
     return find(model)
 

@@ -1,7 +1,7 @@
-"""Checkpoint storage: commit protocol, manifests, verification, retention, safe loading, async saves.
-
-``rubin.train.checkpointing`` (with ``Strategy.save_state``) decides what goes into a checkpoint; this package decides how it reaches
-the disk so that a crash, a full disk or a flipped byte never makes resume use a bad one.
+"""Checkpoints: when and what (``checkpointer``: the loop's one handle), and how they reach the disk
+(commit protocol, manifests, verification, retention, safe loading, async saves) so that a crash, a full
+disk or a flipped byte never makes resume use a bad one. ``export`` turns a committed one into files
+for other tools.
 """
 
 from rubin.train.checkpoint.background import AsyncCheckpointer, snapshot_to_cpu

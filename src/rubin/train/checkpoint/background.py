@@ -73,7 +73,7 @@ def snapshot_to_cpu(obj: Any, buffers: dict | None = None) -> Any:
         for key in set(buffers) - seen:  # tensors that left the state (e.g. a changed optimizer)
             del buffers[key]
     if pin:
-        torch.cuda.synchronize()  # the non_blocking copies must land before the loop mutates the source
+        dev.synchronize(torch.device("cuda"))  # the non_blocking copies must land before the loop mutates the source
     return out
 
 

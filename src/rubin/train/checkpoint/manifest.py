@@ -42,8 +42,11 @@ def payload_files(folder: Path) -> list[str]:
     return out
 
 
-def build(folder: Path, step: int, meta: dict) -> dict:
-    """Hash (and fsync) every payload file; the manifest as a dict."""
+def build(folder: Path, step: int, meta: dict, *, world_size: int) -> dict:
+    """Hash (and fsync) every payload file; the manifest as a dict.
+
+    The one place that writes a checkpoint's metadata: format, step, versions and world size here; what
+    only the caller knows (strategy, config hash, environment) comes in META."""
     files = {}
     total = 0
     for rel in payload_files(folder):
@@ -52,10 +55,8 @@ def build(folder: Path, step: int, meta: dict) -> dict:
         total += size
     for dirpath, _, _ in os.walk(folder):  # new files' directory entries must survive a power cut too
         fsync_dir(Path(dirpath))
-    head = {"format_version": FORMAT_VERSION, "step": int(step), "time": time.time()}
-    head.update(_versions())
-    head.update({k: v for k, v in meta.items() if k not in ("files", "bytes")})
-    head["step"] = int(step)
+    head = {k: v for k, v in meta.items() if k not in ("files", "bytes")}
+    head.update(format_version=FORMAT_VERSION, step=int(step), time=time.time(), world_size=int(world_size), **_versions())
     head["bytes"] = total
     head["files"] = files
     return head

@@ -21,6 +21,7 @@ to ``quarantine/`` as evidence, and a resume over checkpoints that are all bad i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -184,9 +185,7 @@ class CheckpointStore:
         from rubin.train.faults import inject
 
         t0 = time.perf_counter()
-        meta = dict(meta)
-        meta.setdefault("world_size", self.world_size)
-        man = mf.build(tmp, step, meta)
+        man = mf.build(tmp, step, meta, world_size=self.world_size)
         digest = mf.write(tmp, man)
         inject.fault_point("manifest", step, self.rank)  # manifest written, marker not yet
         mf.write_marker(tmp, step, digest)
@@ -209,17 +208,25 @@ class CheckpointStore:
              "seconds": round(now - begun, 4), "commit_seconds": round(now - t0, 4), "removed": [s for s, _ in removed]},
         )
 
-    def save(self, step: int, write: Callable[[Path], None], meta: dict) -> Path:
-        """begin -> ``write(tmp)`` on every rank -> commit; a failed write aborts the tmp folder."""
+    @contextlib.contextmanager
+    def saving(self, step: int, meta: dict):
+        """``with store.saving(step, meta) as tmp:`` write this rank's files into TMP; on leaving, commit
+        (every rank). A write that raises aborts the tmp folder instead, a full disk as one clear error."""
         tmp = self.begin(step)
         try:
-            write(tmp)
+            yield tmp
         except BaseException as err:
             self.abort(tmp)
             if is_disk_full(err) and not isinstance(err, RubinError):
                 raise disk_full_error(tmp, err) from err
             raise
-        return self.commit(step, tmp, meta)
+        self.commit(step, tmp, meta)
+
+    def save(self, step: int, write: Callable[[Path], None], meta: dict) -> Path:
+        """begin -> ``write(tmp)`` on every rank -> commit (``saving`` for a caller that writes inline)."""
+        with self.saving(step, meta) as tmp:
+            write(tmp)
+        return self.step_dir(step)
 
     def abort(self, tmp: Path) -> None:
         """Drop a failed save's tmp folder; committed checkpoints are never touched."""

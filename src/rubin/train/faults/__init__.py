@@ -1,6 +1,6 @@
 """Fault-tolerance primitives: preemption, heartbeat and watchdog, NaN/spike decisions, injection.
 
-``rubin.train.faults.hooks`` wires these to the loop at named points.
+``rubin.train.faults.policy.FaultPolicy`` wires these to the loop, one call per phase.
 """
 
 from rubin.train.faults import inject

@@ -1,6 +1,6 @@
 """NaN and loss-spike decisions: what a non-finite step leads to, and what counts as a spike.
 
-The verdicts themselves are agreed across ranks by ``FaultHooks.check`` (``faults/hooks.py``),
+The verdicts themselves are agreed across ranks by ``FaultPolicy.check`` (``faults/policy.py``),
 so one rank seeing a NaN makes every rank skip (or roll back) the same step; otherwise one rank
 would step while another did not, and the replicas would silently diverge.
 """

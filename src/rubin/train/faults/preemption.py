@@ -2,7 +2,7 @@
 
 Doing real work inside a signal handler (saving, collectives) is unsafe: the handler runs
 between two bytecodes of whatever the loop was doing, possibly inside a collective. So the
-handler records the signal and returns; ``FaultHooks.check`` (``faults/hooks.py``) reads
+handler records the signal and returns; ``FaultPolicy.check`` (``faults/policy.py``) reads
 ``requested`` at the loop's next check and agrees on it across ranks, so every rank stops at
 the same step and none is left blocking in a collective.
 """

@@ -2,7 +2,8 @@
 
 When this rank's step has not changed for ``timeout_s`` it writes ``hang-rank-N.txt`` (rank,
 step, phase and every thread's Python stack via faulthandler), names the stalled rank(s) from
-all ranks' heartbeat files, calls ``on_hang``, prints one line and exits non-zero. Every live
+all ranks' heartbeat files, calls ``on_hang``, hands one line to ``say`` (the console's stderr) and
+exits non-zero. Every live
 rank does the same, so the run ends in about ``timeout_s`` instead of waiting for NCCL's
 10-30 minute collective timeout.
 """
@@ -57,10 +58,12 @@ class Watchdog:
         exit: bool = True,
         poll_s: float | None = None,
         phase_timeouts: dict[str, float] | None = None,
+        say: Callable[[str], None] | None = None,
     ):
         self.heartbeat, self.timeout_s = heartbeat, float(timeout_s)
         self.run_dir, self.rank, self.world_size = Path(run_dir), rank, world_size
         self.on_hang = on_hang or (lambda details: None)
+        self.say = say or (lambda line: None)  # the line is also in the report file and the hang event
         self.exit = exit  # tests of the report itself set False
         # Phases that may legitimately outlast a step (a large checkpoint, a long eval) get their own
         # limit, measured from entering the phase, so a slow save is not mistaken for a hang.
@@ -111,7 +114,7 @@ class Watchdog:
         msg = (f"rubin: error: hang: rank(s) {', '.join(map(str, names))} stalled ({why}); this rank {self.rank} made no "
                f"progress for {stuck_s:.1f} s at step {hb.step} (phase {hb.phase}), over faults.hang_timeout_s="
                f"{self.timeout_s:g}; stacks in {self.report_path}")
-        print(msg, file=sys.stderr, flush=True)
+        self.say(msg)
         if self.exit:
             sys.stdout.flush()
             os._exit(int(ExitCode.FAILURE))

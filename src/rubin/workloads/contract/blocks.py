@@ -16,6 +16,7 @@ Rules, in order (``docs/byom.md`` lists them for users):
 
 from __future__ import annotations
 
+import functools
 import re
 
 from torch import nn
@@ -124,3 +125,11 @@ def missing_warning(strategy: str, act_ckpt: bool) -> str | None:
     return (f"no blocks found in the model, so {' and '.join(wants)} "
             f"{'has' if len(wants) == 1 else 'have'} no per-block effect; set distributed.blocks to the repeated layer's "
             "class name or module path (e.g. distributed.blocks=Block or distributed.blocks=transformer.h)")
+
+
+def apply_activation_checkpointing(blocks: list[nn.Module]) -> None:
+    """Recompute each block in backward. Patches ``forward`` on the instance, so state-dict keys do not change."""
+    from torch.utils.checkpoint import checkpoint
+
+    for block in blocks:
+        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)

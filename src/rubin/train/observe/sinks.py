@@ -8,8 +8,6 @@ go through ``rubin.redact`` first.
 
 from __future__ import annotations
 
-import sys
-
 from rubin.errors import RubinError, UsageError
 from rubin.redact import redact, redact_obj
 
@@ -139,8 +137,8 @@ def _first_line(err: BaseException) -> str:
 class Guarded:
     """Wraps an external sink: its first failure is reported once (redacted) and the sink is dropped."""
 
-    def __init__(self, name: str, sink, run):
-        self.name, self.sink, self.run, self.failed = name, sink, run, False
+    def __init__(self, name: str, sink, run, warn):
+        self.name, self.sink, self.run, self.warn, self.failed = name, sink, run, warn, False
 
     def _call(self, method: str, *args) -> None:
         if self.failed:
@@ -151,7 +149,7 @@ class Guarded:
             self.failed = True
             msg = f"telemetry sink {self.name} failed ({type(err).__name__}: {_first_line(err)}); it is off for the rest of the run"
             self.run.event("warning", message=msg)
-            print(f"warning: {msg}", file=sys.stderr)
+            self.warn(msg)
 
     def metrics(self, row: dict) -> None:
         self._call("metrics", row)
@@ -163,13 +161,14 @@ class Guarded:
         self._call("close")
 
 
-def build_sinks(names, run, config_dict) -> list:
+def build_sinks(names, run, config_dict, *, warn) -> list:
+    """The JSONL sink plus the external ones named; WARN takes the line saying one failed and was dropped."""
     sinks = [JsonlSink(run)]
     if not run.is_writer:
         return []
     for name in names:
         if name == "tensorboard":
-            sinks.append(Guarded(name, TensorBoardSink(run), run))
+            sinks.append(Guarded(name, TensorBoardSink(run), run, warn))
         elif name == "mlflow":
-            sinks.append(Guarded(name, MlflowSink(run, config_dict), run))
+            sinks.append(Guarded(name, MlflowSink(run, config_dict), run, warn))
     return sinks

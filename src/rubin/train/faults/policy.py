@@ -1,7 +1,11 @@
-"""The loop's fault hooks: preemption, heartbeat and hang watchdog, NaN policy, spikes, injection.
+"""The loop's one handle on faults: preemption, heartbeat and hang watchdog, NaN policy, spikes, injection.
 
-The primitives live next to this module; ``FaultHooks`` wires them to the loop at named
-points, so the loop itself never branches on a fault feature.
+The primitives live next to this module; ``FaultPolicy`` wires them to the loop, which calls it
+once per phase and never branches on a fault feature:
+
+    with faults.phase(step, "forward", micro=m):   # heartbeat + the named injection points
+    faults.allows_update(step, loop, loss, norm)   # record the step; under nan_policy=skip, decide now
+    faults.flags_after(step, due=...)              # at a check point: the StepFlags every rank agreed on
 
 Reading a step's loss or grad norm on the host makes the host wait for the device, so a step
 only *records* them (device tensors, no sync). ``check`` reads everything recorded since the
@@ -13,9 +17,11 @@ before every update under ``nan_policy=skip``, which must know before ``optimize
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -39,8 +45,11 @@ class StepFlags:
     position: list | None = None  # [epoch, sample_in_epoch] where bad_step's batches were drawn
 
 
-class FaultHooks:
-    def __init__(self, cfg, info, run, *, fp16: bool, preempt=None):
+_IN_PHASE = contextlib.nullcontext()  # a phase's work needs nothing on exit: entering is the beat
+
+
+class FaultPolicy:
+    def __init__(self, cfg, info, run, *, fp16: bool, preempt=None, say: Callable[[str], None] | None = None):
         self.cfg, self.info, self.run, self.fp16 = cfg, info, run, fp16
         self.preempt = preempt or faults.PreemptionHandler()  # train() installs it before setup
         self.heartbeat = faults.Heartbeat(run.path, info.rank)
@@ -51,6 +60,7 @@ class FaultHooks:
                 on_hang=lambda details: run.event("hang", **details),
                 # A save or an evaluation may rightly outlast one step's budget; a stuck one is still caught.
                 phase_timeouts={p: max(10 * cfg.faults.hang_timeout_s, 600.0) for p in ("checkpoint", "eval")},
+                say=say,
             )
         f = cfg.faults
         self.spikes = faults.SpikeDetector(f.spike_factor, f.spike_window) if f.spike_factor else None
@@ -60,6 +70,7 @@ class FaultHooks:
         self._pending: list[tuple[int, list, torch.Tensor, torch.Tensor]] = []
         self._next_check = 0  # the first step is always checked
         self._last_check = (0, time.monotonic())
+        self._early: StepFlags | None = None  # read before the update (nan_policy=skip), handed out after the step
         self.reaction_s: float | None = None
 
     @property
@@ -84,16 +95,65 @@ class FaultHooks:
         if phase != "checkpoint":  # the store has its own checkpoint/manifest/commit points
             faults.fault_point(phase, step, self.info.rank)
 
-    def point(self, name: str, step: int) -> None:
-        faults.fault_point(name, step, self.info.rank)
+    def phase(self, step: int, name: str, *, micro: int | None = None):
+        """``with faults.phase(step, "backward"):``. The first micro-batch's forward also fires the
+        step's own points: ``step`` (a new step begins) and ``micro-N`` (inside the accumulation window)."""
+        if micro is not None:
+            if micro == 0:
+                faults.fault_point("step", step, self.info.rank)
+            faults.fault_point(f"micro-{micro}", step, self.info.rank)
+        self.beat(step, name)
+        return _IN_PHASE
 
-    def corrupt_loss(self, loss: torch.Tensor, step: int) -> torch.Tensor:
-        # An injected NaN models bad data: it fires the first time the loop reaches the step, so
-        # a rollback that skips the offending window gets past it, as it would in a real run.
-        if step not in self._nan_fired and faults.fault_point("nan", step, self.info.rank):
-            self._nan_fired.add(step)
-            return loss * float("nan")
-        return loss
+    def objective(self, objective):
+        """The loss function the loop calls: OBJECTIVE itself, or, when RUBIN_FAULT asks for a ``nan``
+        (test-only), a wrapper that turns the loss at that step into NaN. The hot path pays nothing otherwise."""
+        if not any(f.kind == "nan" for f in faults.inject.active()):
+            return objective
+        fired: set[int] = set()
+        heartbeat, rank = self.heartbeat, self.info.rank
+
+        def corrupted(model, x, y):
+            loss, step = objective(model, x, y), heartbeat.step
+            # An injected NaN models bad data: it fires the first time the loop reaches the step, so
+            # a rollback that skips the offending window gets past it, as it would in a real run.
+            if step not in fired and faults.fault_point("nan", step, rank):
+                fired.add(step)
+                return loss * float("nan")
+            return loss
+
+        return corrupted
+
+    def allows_update(self, step: int, loop, loss: torch.Tensor, grad_norm: torch.Tensor,
+                      save_due: Callable[[], bool]) -> bool:
+        """Record STEP's loss and grad norm (no host sync). Under nan_policy=skip, read the flags now
+        (one sync per step) and return False for a non-finite step, counted in ``loop.nan_skips``."""
+        self.record(step, [loop.epoch, loop.sample_in_epoch], loss, grad_norm)
+        if not self.check_before_update:
+            return True
+        flags = self._early = self.check(step, save_due())
+        if flags.bad_step is not None and self.on_nonfinite(flags, loop, have_checkpoint=True) == "skip":
+            loop.nan_skips += 1
+            return False
+        return True
+
+    def flags_after(self, step: int, *, due: bool, save_due: Callable[[], bool]) -> StepFlags | None:
+        """The flags of every step up to STEP when the loop must read them now (DUE: a log, save or eval
+        step; or the policy's own interval), else None. No host sync when None."""
+        early, self._early = self._early, None
+        if early is not None:
+            return early
+        if due or self.check_due(step):
+            return self.check(step, save_due())
+        return None
+
+    def on_bad_step(self, flags: StepFlags, loop, *, have_checkpoint: bool) -> bool:
+        """A non-finite step seen after its update (halt or rollback; skip already acted before it):
+        applies the policy and returns True when the loop must roll back."""
+        if flags.bad_step is None or self.check_before_update:
+            return False
+        self.on_nonfinite(flags, loop, have_checkpoint=have_checkpoint)
+        return True
 
     # -- flags -------------------------------------------------------------------------------
     def record(self, step: int, position: list, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:

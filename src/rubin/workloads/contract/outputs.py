@@ -134,3 +134,8 @@ def cross_entropy(task: str, logits: torch.Tensor, target: torch.Tensor, reducti
     if task == "lm":
         return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), target.reshape(-1), reduction=reduction)
     return torch.nn.functional.cross_entropy(logits.float(), target, reduction=reduction)
+
+
+def loss_fn(task: str, output, target: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of whatever ``forward`` returned."""
+    return cross_entropy(task, logits_of(output), target)

@@ -1,4 +1,9 @@
-"""What a person sees: a progress bar with ETA on a TTY (rank 0), plain lines elsewhere, a summary table."""
+"""What a person sees: a progress bar with ETA on a TTY (rank 0), plain lines elsewhere, a summary table.
+
+The CLI creates the ``Console`` and hands it to ``train(cfg, console=...)``; nothing else in the
+library writes to the terminal. ``print`` is progress (rank 0, off under ``--quiet``); ``warn``
+and ``notice`` go to stderr on every rank, ``--quiet`` or not (a warning must not be silent).
+"""
 
 from __future__ import annotations
 
@@ -12,11 +17,18 @@ def _fmt_rate(row: dict) -> str:
 
 
 class Console:
-    def __init__(self, *, enabled: bool, total_steps: int, start_step: int = 0):
-        self.enabled = enabled
-        self.tty = enabled and sys.stdout.isatty()
-        self.total = total_steps
+    def __init__(self, *, quiet: bool = False):
+        self.quiet = quiet
+        self.enabled = False  # progress is off until ``begin`` says this rank shows it
+        self.tty = False
+        self.total = 0
         self._progress = None
+
+    def begin(self, total_steps: int, *, main: bool) -> None:
+        """The run's length is known: rank 0 (MAIN) shows progress, as a bar on a TTY."""
+        self.enabled = main and not self.quiet
+        self.tty = self.enabled and sys.stdout.isatty()
+        self.total = total_steps
         if self.tty:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -24,7 +36,7 @@ class Console:
                 TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
             )
-            self._task = self._progress.add_task("train", total=total_steps, completed=start_step, info="")
+            self._task = self._progress.add_task("train", total=total_steps, completed=0, info="")
             self._progress.start()
 
     def start_at(self, step: int) -> None:
@@ -39,6 +51,14 @@ class Console:
             self._progress.console.print(text)
         else:
             print(text, flush=True)
+
+    def warn(self, text: str) -> None:
+        """A warning line on stderr, on every rank, also under --quiet."""
+        self.notice(f"warning: {text}")
+
+    def notice(self, text: str) -> None:
+        """A line on stderr that --quiet does not silence: why the exit waits, why a rank ends."""
+        print(text, file=sys.stderr, flush=True)
 
     def step(self, step: int) -> None:
         if self._progress is not None:

@@ -1,12 +1,16 @@
 """The one object the loop talks to about checkpoints: when to save, what goes in, and resume.
 
-    ckpt = Checkpointer(cfg, info, run, state, ...)
+    ckpt = Checkpointer(cfg, info, run, state, env=..., console=..., heartbeat=...)
     ckpt.restore_latest()            # at start (resume) and on a rollback
     ckpt.maybe_save(step, force=...) # at a step boundary whose flags were read; decides on steps itself
     ckpt.wait()                      # an async save in flight has landed (or raised)
 
-Layout of one step folder (the commit protocol, manifest and retention live in
-``rubin.train.checkpoint``; the model and optimizer files come from ``Strategy.save_state``):
+A save runs straight down: ``maybe_save`` -> ``store.saving(step)`` (begin) -> ``Strategy.save_state``
+and this module's files -> ``store.commit`` -> ``manifest.build`` (the one place that writes the
+metadata). An async save hands the same writers to ``AsyncCheckpointer``'s thread.
+
+Layout of one step folder (the commit protocol, manifest and retention live in the modules next to
+this one; the model and optimizer files come from ``Strategy.save_state``):
 
 ```
 step-00000100/
@@ -23,18 +27,21 @@ tensors and lists, never as pickled numpy objects.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
-from rubin import __version__
 from rubin.platform import device as dev
-from rubin.train.checkpoint import AsyncCheckpointer, CheckpointStore, load_file, save_file
+from rubin.train import distributed
+from rubin.train.checkpoint.background import AsyncCheckpointer
+from rubin.train.checkpoint.files import load_file, save_file
+from rubin.train.checkpoint.store import CheckpointStore
 
 
 @dataclass
@@ -101,24 +108,26 @@ def reseed(seed: int, rank: int, step: int = 0) -> None:
 
 
 class Checkpointer:
-    def __init__(self, cfg, info, run, state: TrainState, *, env: dict, barrier: Callable[[], None],
-                 say: Callable[[str], None] = print, beat: Callable[[int], None] = lambda step: None):
+    def __init__(self, cfg, info, run, state: TrainState, *, env: dict, console, heartbeat):
+        """CONSOLE shows what a person must know (a resume, a skipped checkpoint); HEARTBEAT is told
+        when a save begins, so the hang watchdog gives the save its own, longer limit."""
         self.cfg, self.info, self.run, self.state = cfg, info, run, state
-        self.say, self.beat = say, beat
+        self.say, self.heartbeat = console.print, heartbeat
         self.store = CheckpointStore(
             run.checkpoints, keep_last=cfg.checkpoint.keep_last, keep_every_steps=cfg.checkpoint.keep_every_steps,
-            rank=info.rank, world_size=info.world_size, barrier=barrier, on_event=lambda kind, details: run.event(kind, **details),
+            rank=info.rank, world_size=info.world_size, barrier=functools.partial(distributed.barrier, info), on_event=self._event,
         )
-        self.meta = {"rubin_version": __version__, "torch_version": torch.__version__, "world_size": info.world_size,
-                     "strategy": state.strategy.name, "config_hash": cfg.hash(), "env": env}
+        self.meta = {"strategy": state.strategy.name, "config_hash": cfg.hash(), "env": env}  # versions: manifest.build
         self.async_writer = AsyncCheckpointer(
-            self.store, on_event=lambda k, d: run.event(k, **d), policy=cfg.checkpoint.async_policy,
-            group_timeout_s=cfg.distributed.timeout_s,
+            self.store, on_event=self._event, policy=cfg.checkpoint.async_policy, group_timeout_s=cfg.distributed.timeout_s,
         ) if cfg.checkpoint.async_ else None
         self.last_save_s: float | None = None  # the last synchronous save, for the grace-period check
         self.last_step: int | None = None
         self._last_time = time.monotonic()
         self._grace_checked = self.check_grace() is not None  # from an earlier attempt's saves
+
+    def _event(self, kind: str, details: dict) -> None:
+        self.run.event(kind, **details)
 
     # -- when ------------------------------------------------------------------------------
     def due(self, step: int) -> bool:
@@ -135,7 +144,7 @@ class Checkpointer:
         """Save at this step boundary if due, forced or an emergency (always synchronous); returns the seconds the loop stalled."""
         if not (force or emergency or self.due(step)) or self.last_step == step:
             return 0.0
-        self.beat(step)
+        self.heartbeat.beat(step, "checkpoint")
         t0 = time.perf_counter()
         meta = dict(self.meta, step=step)
         if self.async_writer is not None and not emergency:
@@ -149,7 +158,8 @@ class Checkpointer:
                 self.async_writer.save_sharded(step, model_optim, live, self._write_rest, meta)
         else:
             self.wait()
-            self.store.save(step, lambda tmp: self._write(None, tmp), meta)
+            with self.store.saving(step, meta) as tmp:
+                self._write(None, tmp)
             self.last_save_s = time.perf_counter() - t0
         self.last_step, self._last_time = step, time.monotonic()
         if self.last_save_s is not None and not self._grace_checked:

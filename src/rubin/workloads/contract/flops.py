@@ -55,7 +55,7 @@ def count_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, task
     from torch.func import functional_call
     from torch.utils.flop_counter import FlopCounterMode
 
-    from rubin.train.outputs import cross_entropy, logits_of, takes_targets
+    from rubin.workloads.contract.outputs import cross_entropy, logits_of, takes_targets
 
     meta, by_id = {}, {}  # a tied weight (embedding = head) gets one meta tensor under both names
     for name, p in model.named_parameters(remove_duplicate=False):
