@@ -36,6 +36,12 @@ class UsageError(RubinError, ValueError):
     exit_code = ExitCode.USAGE
 
 
+class Preempted(RubinError):
+    """A run stopped on a signal after its emergency checkpoint committed. Exit code 75: requeue it."""
+
+    exit_code = ExitCode.PREEMPTED
+
+
 def bad_value(name: str, value: object, allowed: str, fix: str = "") -> UsageError:
     """Build the one-line error in the project's recipe: value, then allowed, then fix."""
     msg = f"{name}={value!r} is not valid: {allowed}"

@@ -60,6 +60,19 @@ def total_steps(cfg, steps_per_epoch: int) -> int:
     return max(1, math.ceil(cfg.run.epochs * steps_per_epoch))
 
 
+def seed(cfg, info) -> None:
+    """The same initial weights on every rank; deterministic kernels when ``run.deterministic``."""
+    import os
+
+    import torch
+
+    torch.manual_seed(cfg.run.seed)
+    if cfg.run.deterministic:
+        if info.device.type == "cuda":
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+
+
 def prepare_run_dir(cfg, rank: int, *, force: bool, resume: bool, warn) -> tuple[RunDir, bool]:
     """Create or reopen the run dir. Returns (run, resuming). Never clobbers an existing run. WARN takes a warning line."""
     run = RunDir(cfg.run_dir, rank=rank)

@@ -183,6 +183,39 @@ def eval_loader(dataset, rank: int, world_size: int, batch: int, cfg, device) ->
     return DataLoader(dataset, batch_size=batch, sampler=EvalSampler(len(dataset), rank, world_size), **kw)
 
 
+class StepBatches:
+    """The micro-batches of each optimizer step, read on from the loop position (``LoopState``)."""
+
+    def __init__(self, loader: DataLoader, sampler: GlobalBatchSampler, plan: BatchPlan):
+        self.loader, self.sampler, self.plan = loader, sampler, plan
+        self.iterator = None
+
+    def next(self, loop) -> list | None:
+        """The next step's micro-batches; None at an epoch's end (LOOP moves to the next epoch) or for a
+        window skipped after a rollback (LOOP moves past it)."""
+        if self.iterator is None:
+            self.restart(loop)
+        try:
+            batches = [next(self.iterator) for _ in range(self.plan.accum_steps)]
+        except StopIteration:
+            loop.epoch, loop.sample_in_epoch = loop.epoch + 1, 0
+            self.iterator = None
+            return None
+        if [loop.epoch, loop.sample_in_epoch] in loop.data_skips:  # the window that produced a NaN before a rollback
+            loop.sample_in_epoch += self.plan.global_batch
+            return None
+        return batches
+
+    def restart(self, loop) -> None:
+        """Read from LOOP's position on: at the start, a resume, a new epoch, a rollback."""
+        self.sampler.set_epoch(loop.epoch, loop.sample_in_epoch)
+        self.iterator = iter(self.loader)
+
+    def epoch_float(self, loop) -> float:
+        per_epoch = self.sampler.steps_per_epoch() * self.plan.global_batch
+        return loop.epoch + loop.sample_in_epoch / max(1, per_epoch)
+
+
 def shut_down_workers(*loaders) -> None:
     """Stop the worker processes behind these DataLoaders or their iterators now (None is skipped).
 

@@ -2,25 +2,25 @@
 
     train(cfg, console=...) -> summary dict   (the library entry point; ``rubin train`` calls it)
 
-One step (``_step``): ``_next_batches`` -> ``_train_step`` (forward and backward per micro-batch
-through ``strategy.model``, clip, update; one ``faults.phase`` per phase; the loss and grad norm
-stay on the device) -> ``_after_step``: at a check point ``faults.flags_after`` reads the flags
-of the steps since the last check in one host sync -> NaN policy, preemption ->
-``ckpt.maybe_save`` -> log -> eval.
+One step: ``_next_batches`` -> ``_train_step`` (forward, backward, update; one ``faults.phase`` each;
+loss and grad norm stay on the device) -> ``_after_step``: at a check point, ``faults.flags_after``
+(one host sync) -> NaN policy, preemption -> ``ckpt.maybe_save`` -> log -> eval.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
 
 import torch
 
-from rubin.errors import ExitCode, RubinError
+from rubin.errors import Preempted, RubinError
+from rubin.platform.fingerprint import fingerprint
 from rubin.train import build, distributed
 from rubin.train.checkpoint.checkpointer import Checkpointer, TrainState, reseed
-from rubin.train.data import GlobalBatchSampler, eval_loader, plan_batches, shut_down_workers, train_loader
+from rubin.train.data import GlobalBatchSampler, StepBatches, eval_loader, plan_batches, shut_down_workers, train_loader
 from rubin.train.faults import PreemptionHandler, fault_point
 from rubin.train.faults.policy import FaultPolicy, StepFlags
 from rubin.train.gcpolicy import GcPolicy
@@ -35,10 +35,6 @@ from rubin.train.task import evaluate
 from rubin.workloads.contract.blocks import find_blocks, missing_warning
 from rubin.workloads.contract.flops import obtain as obtain_flops
 from rubin.workloads.contract.outputs import Objective
-
-
-class Preempted(RubinError):
-    exit_code = ExitCode.PREEMPTED
 
 
 def train(cfg, *, force: bool = False, resume: bool = True, console: Console | None = None) -> dict:
@@ -64,15 +60,13 @@ def train(cfg, *, force: bool = False, resume: bool = True, console: Console | N
 
         blamed = blame(err)  # raised inside the user's factory, dataset or forward: their error, exit 2
         if trainer is not None:
-            trainer.settle_save()
             trainer.record_failure(blamed or err)
         if blamed is not None:
             raise blamed from err
         raise
     finally:
-        if trainer is not None:  # on every exit path: live workers must never outlive the run or block the exit
-            shut_down_workers(getattr(trainer, "_iter", None), getattr(trainer, "loader", None),
-                              getattr(trainer, "eval_loader", None))
+        if trainer is not None:
+            trainer.stop_workers()
             if not ok:
                 trainer.close()
         preempt.uninstall()  # a second call after FaultPolicy.stop changes nothing
@@ -83,21 +77,21 @@ def train(cfg, *, force: bool = False, resume: bool = True, console: Console | N
 
 
 class Trainer:
-    def __init__(self, cfg, info, *, force: bool, resume: bool, console: Console, preempt: PreemptionHandler | None = None):
-        self.cfg, self.info, self.t_start, self.preempt, self.console = cfg, info, time.time(), preempt, console
-        self.run, self._held_warnings = None, []  # warnings before the run dir and console exist wait here
-        self.last_loss: float | None = None
-        torch.manual_seed(cfg.run.seed)  # same initial weights on every rank
-        if cfg.run.deterministic:
-            if info.device.type == "cuda":
-                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.use_deterministic_algorithms(True)
+    def __init__(self, cfg, info, *, force: bool, resume: bool, console: Console, preempt: PreemptionHandler):
+        self.cfg = cfg
+        self.info = info
+        self.t_start = time.time()
+        self.preempt = preempt
+        self.console = console
+        self.run = None
+        self.last_loss = None
+        build.seed(cfg, info)
         # -- bad input is found here, before the run dir is touched --
         self.plan = plan_batches(cfg.data.batch_size, cfg.data.micro_batch_size, info.world_size)
         train_ds, eval_ds, self.data_info = build.build_data(cfg, cache_dir=str(cfg.run_dir))
         self.task = cfg.data.task or self.data_info.task
         model = build.build_model(cfg, self.data_info)
-        found_blocks, self.blocks_how = find_blocks(model, cfg.distributed.blocks)  # a bad distributed.blocks: stops here
+        found_blocks, self.blocks_how = find_blocks(model, cfg.distributed.blocks)  # bad distributed.blocks: stops here
         self.sampler = GlobalBatchSampler(len(train_ds), self.plan, info.rank, seed=cfg.run.seed)
         self.total_steps = build.total_steps(cfg, self.sampler.steps_per_epoch())
         require_sinks(cfg.telemetry.sinks)
@@ -116,114 +110,85 @@ class Trainer:
 
     def _set_up(self, model, found_blocks, train_ds, eval_ds, *, resuming: bool, force: bool) -> None:
         cfg, info = self.cfg, self.info
-        from rubin.platform.fingerprint import fingerprint
-
         self.env = fingerprint(str(self.run.path)) if info.is_main else {}
         self.run.write_env(self.env)
         name = resolve(cfg.distributed.strategy, info.world_size)
         # before wrapping: counted on meta copies
         self.flops = obtain_flops(model, self.data_info, train_ds, self.plan.micro_batch, self.task)
-        if self.flops.source == "unavailable":
-            self._warn(f"could not count the model's FLOPs ({self.flops.detail}): MFU is not reported; "
-                       "give the model a flops_per_sample attribute or method")
+        if self.flops.warning:
+            self._warn(self.flops.warning)
         classes = self.data_info.vocab_size if self.task == "lm" else self.data_info.num_classes
-        self.strategy = Strategy(
-            name, model, info, blocks=self._blocks(found_blocks, name),
-            compile=cfg.distributed.compile, act_ckpt=cfg.distributed.activation_checkpointing,
-        )
+        act_ckpt = cfg.distributed.activation_checkpointing
+        if not found_blocks and missing_warning(name, act_ckpt):
+            self._warn(missing_warning(name, act_ckpt))
+        self.strategy = Strategy(name, model, info, blocks=found_blocks, compile=cfg.distributed.compile,
+                                 act_ckpt=act_ckpt)
         self.optimizer = build_optimizer(self.strategy.model, cfg.optim)
         scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)
         self.state = TrainState(self.strategy, self.optimizer, scheduler, Precision(cfg.precision, info.device))
-        self.loader = train_loader(train_ds, self.sampler, cfg.data, info.device, cfg.run.seed)
+        loader = train_loader(train_ds, self.sampler, cfg.data, info.device, cfg.run.seed)
+        self.batches = StepBatches(loader, self.sampler, self.plan)
         eval_batch = cfg.data.eval_batch_size or self.plan.micro_batch
-        self.eval_loader = None if eval_ds is None else eval_loader(eval_ds, info.rank, info.world_size, eval_batch, cfg.data,
-                                                                    info.device)
-        sinks = build_sinks(cfg.telemetry.sinks, self.run, cfg.model_dump(mode="json", by_alias=True), warn=self.console.warn)
+        self.eval_loader = None if eval_ds is None else eval_loader(eval_ds, info.rank, info.world_size, eval_batch,
+                                                                    cfg.data, info.device)
+        config_dict = cfg.model_dump(mode="json", by_alias=True)
+        sinks = build_sinks(cfg.telemetry.sinks, self.run, config_dict, warn=self.console.warn)
         self.telemetry = Telemetry(cfg, info, self.run, sinks, flops_per_sample=self.flops.per_sample,
                                    tokens_per_sample=self.data_info.tokens_per_sample, precision=cfg.precision)
-        self.faults = FaultPolicy(cfg, info, self.run, fp16=self.state.precision.scaler is not None, preempt=self.preempt,
-                                  say=self.console.notice)
+        fp16 = self.state.precision.scaler is not None
+        self.faults = FaultPolicy(cfg, info, self.run, fp16=fp16, preempt=self.preempt, say=self.console.notice)
         self.objective = self.faults.objective(Objective(self.task, classes, model, warn=self._warn))
         if self.faults.spikes is not None:
             self.state.extras["spikes"] = self.faults.spikes  # its running median survives a resume or rollback
         self.ckpt = Checkpointer(cfg, info, self.run, self.state, env=self.env, console=self.console,
                                  heartbeat=self.faults.heartbeat)
         reseed(cfg.run.seed, info.rank)
-        for message in self._held_warnings:
-            self.console.print(f"warning: {message}")
         if resuming:
             self.ckpt.restore_latest(force=force)  # checkpoints that all fail to verify: refused unless --force
         self.console.start_at(self.loop.step)
         fault_point("setup", self.loop.step, info.rank)  # a signal during setup, for the tests
 
+    def stop_workers(self) -> None:
+        """On every exit path: live DataLoader workers must never outlive the run or block its exit."""
+        batches = getattr(self, "batches", None)
+        iterator, loader = (batches.iterator, batches.loader) if batches is not None else (None, None)
+        shut_down_workers(iterator, loader, getattr(self, "eval_loader", None))
+
     def close(self) -> None:
         """Give back what a run holds, on a path that did not reach ``_finish``: signal handlers and
         watchdog, metric sinks, the run dir's files and lock. Safe to call twice; never raises."""
-        for part, method in (("faults", "stop"), ("telemetry", "close")):
-            obj = getattr(self, part, None)
-            if obj is not None:
-                try:
-                    getattr(obj, method)()
-                except Exception:  # noqa: BLE001 - cleaning up after a failure must not replace it
-                    pass
+        for obj, method in ((getattr(self, "faults", None), "stop"), (getattr(self, "telemetry", None), "close")):
+            with contextlib.suppress(Exception):  # cleaning up after a failure must not replace it
+                getattr(obj, method, lambda: None)()
         if self.run is not None:
             self.run.close()
-
-    def settle_save(self) -> None:
-        """After a failure: let a save already in flight commit before the process exits (its writer
-        is a daemon thread that exit would cut off). One rank only: with peers, the commit waits for
-        theirs, which may be gone, and an elastic restart resumes from the last committed one anyway."""
-        writer = getattr(getattr(self, "ckpt", None), "async_writer", None)
-        step = writer.inflight_step if writer is not None and self.info.world_size == 1 else None
-        if step is None:
-            return
-        self.console.notice(f"rubin: waiting for the checkpoint of step {step} to commit before exiting")  # also --quiet
-        try:
-            writer.wait()
-        except Exception as err:  # noqa: BLE001 - the failure being reported comes first
-            self.console.notice(f"rubin: warning: that checkpoint did not commit: {err}")
 
     @property
     def loop(self):
         return self.state.loop  # a rollback replaces it
 
     def record_failure(self, err: BaseException) -> None:
-        """A run that fails mid-way still says so: summary.json with status failed, and an end event."""
-        try:
+        """A run that fails mid-way still says so: summary.json with status failed, and an end event.
+        An async save in flight commits first (``Checkpointer.settle``)."""
+        if getattr(self, "ckpt", None) is not None:
+            self.ckpt.settle()
+        with contextlib.suppress(Exception):  # reporting the failure must not hide it
             error = str(err) if isinstance(err, RubinError) else f"{type(err).__name__}: {err}"
-            self.run.write_summary({"status": "failed", "exit_reason": "error", "error": error.splitlines()[0] if error else "",
-                                    "steps": self.loop.step, "final_loss": self.last_loss, "world_size": self.info.world_size,
-                                    "run_dir": str(self.run.path), "wall_s": time.time() - self.t_start,
-                                    **self.flops.as_dict()})
+            self.run.write_summary({
+                "status": "failed", "exit_reason": "error", "error": error.splitlines()[0] if error else "",
+                "steps": self.loop.step, "final_loss": self.last_loss, "world_size": self.info.world_size,
+                "run_dir": str(self.run.path), "wall_s": time.time() - self.t_start, **self.flops.as_dict()})
             self.run.event("end", status="failed", step=self.loop.step, reason=error)
-        except Exception:  # noqa: BLE001 - reporting the failure must not hide it
-            pass
 
-    def _warn(self, message: str) -> None:
-        """A warning is a ``warning`` event and one console line; never silent."""
+    def _warn(self, message: str) -> None:  # an event and a console line: never silent
         if self.run is not None:
             self.run.event("warning", message=message)
-        if getattr(self, "console", None) is None:
-            self._held_warnings.append(message)
-        else:
-            self.console.print(f"warning: {message}")
+        self.console.print(f"warning: {message}")
 
-    def _blocks(self, found: list, strategy: str) -> list:
-        if not found:
-            message = missing_warning(strategy, self.cfg.distributed.activation_checkpointing)
-            if message:
-                self._warn(message)
-        return found
-
-    # ------------------------------------------------------------------------------------
     def fit(self) -> dict:
         if self.completed is not None:
-            s = self.completed
-            where = s.get("run_dir") or str(self.cfg.run_dir)
-            self.console.print(f"run dir {where!r} is already complete at step {s.get('steps')}: "
-                               "nothing to do (use another run.dir, or --force to start over)")
-            self.console.summary(s, s.get("checkpoint"))
-            return s
+            self.console.already_complete(self.completed, str(self.cfg.run_dir))
+            return self.completed
         cfg, loop, info = self.cfg, self.loop, self.info
         restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
         self.run.event("start", step=loop.step, total_steps=self.total_steps, world_size=info.world_size,
@@ -232,11 +197,7 @@ class Trainer:
         if restarts:
             self.run.event("restart", restart_count=restarts, step=loop.step)
         self.faults.start(loop.step)
-        self.console.print(
-            f"rubin train: {cfg.model.import_ or cfg.model.name} on {cfg.data.import_ or cfg.data.name}, "
-            f"{self.total_steps} steps, {self.strategy.name} x{info.world_size} on {info.device}, {cfg.precision}, "
-            f"batch {self.plan.global_batch} = {info.world_size} ranks x {self.plan.accum_steps} x {self.plan.micro_batch}"
-        )
+        self.console.started(cfg, self.strategy.name, info, self.plan, self.total_steps)
         self.strategy.model.train()
         status, reason = "completed", "reached max steps"
         gc_policy = GcPolicy(cfg.run.gc_every_steps)
@@ -257,24 +218,12 @@ class Trainer:
 
     def _next_batches(self):
         """The micro-batches of one optimizer step; None at an epoch boundary or a skipped data window."""
-        loop = self.loop
-        if not hasattr(self, "_iter"):
-            self.sampler.set_epoch(loop.epoch, loop.sample_in_epoch)
-            self._iter = iter(self.loader)
-        self.faults.beat(loop.step, "data")  # steps done so far: a rank stuck here shows as behind its peers
+        self.faults.beat(self.loop.step, "data")  # steps done so far: a rank stuck here shows as behind its peers
         t0 = time.perf_counter()
         try:
-            batches = [next(self._iter) for _ in range(self.plan.accum_steps)]
-        except StopIteration:
-            loop.epoch, loop.sample_in_epoch = loop.epoch + 1, 0
-            del self._iter
-            return None
+            return self.batches.next(self.loop)
         finally:
             self.telemetry.add_data_time(time.perf_counter() - t0)
-        if [loop.epoch, loop.sample_in_epoch] in loop.data_skips:  # the window that produced a NaN before a rollback
-            loop.sample_in_epoch += self.plan.global_batch
-            return None
-        return batches
 
     def _step(self, batches) -> str | None:
         """One optimizer step and what follows it; "stop" when the run must end here (preempted)."""
@@ -306,13 +255,14 @@ class Trainer:
 
     def _after_step(self, step: int, loss_sum, grad_norm, updated: bool) -> str | None:
         """Advance the loop position; at a check point, the NaN policy, then save, log and eval."""
-        loop, cfg, batch = self.loop, self.cfg, self.plan.global_batch
-        loop.step, loop.sample_in_epoch, loop.samples_seen = step, loop.sample_in_epoch + batch, loop.samples_seen + batch
-        loop.tokens_seen += batch * self.data_info.tokens_per_sample
+        batch = self.plan.global_batch
+        self.loop.advance(step, batch, batch * self.data_info.tokens_per_sample)
         self.telemetry.on_step(step, batch, loss_sum if updated else None)
         log_due = self.telemetry.due(step) or step == self.total_steps
-        eval_due = bool(cfg.run.eval_every_steps and step % cfg.run.eval_every_steps == 0 and step != self.total_steps)
-        flags = self.faults.flags_after(step, due=log_due or eval_due or self.ckpt.due(step), save_due=self.ckpt.minutes_due)
+        every = self.cfg.run.eval_every_steps
+        eval_due = bool(every and step % every == 0 and step != self.total_steps)
+        due = log_due or eval_due or self.ckpt.due(step)
+        flags = self.faults.flags_after(step, due=due, save_due=self.ckpt.minutes_due)
         result = None if flags is None else self._after_check(step, flags, grad_norm, log_due, eval_due)
         self.console.step(step)
         return result
@@ -330,7 +280,7 @@ class Trainer:
             self.faults.preempt.settle()
         if log_due or flags.stop:
             lr = self.state.scheduler.get_last_lr()[0]
-            row = self.telemetry.log(step, lr=lr, grad_norm=float(grad_norm), epoch=self._epoch_float())
+            row = self.telemetry.log(step, lr=lr, grad_norm=float(grad_norm), epoch=self.batches.epoch_float(self.loop))
             self.last_loss = row["loss"]
             self.console.logged(row)
         if flags.stop:
@@ -339,37 +289,32 @@ class Trainer:
             self._evaluate(step)
         return None
 
-    def _epoch_float(self) -> float:
-        per_epoch = self.sampler.steps_per_epoch() * self.plan.global_batch
-        return self.loop.epoch + self.loop.sample_in_epoch / max(1, per_epoch)
-
     def _rollback(self, flags: StepFlags) -> None:
-        skips, rollbacks = self.loop.data_skips + [flags.position], self.loop.rollbacks + 1
+        skips = self.loop.data_skips + [flags.position]
+        rollbacks = self.loop.rollbacks + 1
         to_step = self.ckpt.restore_latest(announce=False)
         if to_step is None:
-            raise RubinError(f"nan_policy=rollback at step {flags.bad_step}, but no committed checkpoint exists to roll back to;"
-                             " set checkpoint.every_steps or use nan_policy=skip")
-        self.loop.data_skips, self.loop.rollbacks = skips, rollbacks
+            raise RubinError(f"nan_policy=rollback at step {flags.bad_step}, but no committed checkpoint exists to "
+                             "roll back to; set checkpoint.every_steps or use nan_policy=skip")
+        self.loop.data_skips = skips  # restore_latest replaced the loop state: carry these over
+        self.loop.rollbacks = rollbacks
         self.run.event("rollback", step=flags.bad_step, to_step=to_step, skipped_window=flags.position,
                        rollbacks=rollbacks)
         self.telemetry.drop_losses()  # the interval's losses include the steps being undone
         self.faults.rewind(self.loop.step)
-        self.sampler.set_epoch(self.loop.epoch, self.loop.sample_in_epoch)
-        self._iter = iter(self.loader)
+        self.batches.restart(self.loop)
 
     def _evaluate(self, step: int) -> dict | None:
         if self.eval_loader is None:
             return None
         self.faults.beat(step, "eval")
         t0 = time.perf_counter()
-        result = evaluate(self.strategy.model, self.eval_loader, self.task, self.info.device, self.state.precision,
-                          self.info)
+        info = self.info
+        result = evaluate(self.strategy.model, self.eval_loader, self.task, info.device, self.state.precision, info)
         self.telemetry.exclude_time(time.perf_counter() - t0)
         row = {"step": step, **result}
         self.telemetry.log_eval(row)
-        metric = (f"accuracy {result['accuracy']:.4f}" if "accuracy" in result
-                  else f"perplexity {result['perplexity']:.2f}")
-        self.console.print(f"eval step {step}: loss {result['eval_loss']:.4f}  {metric}")
+        self.console.evaluated(step, result)
         return row
 
     def _finish(self, status: str, reason: str) -> dict:
@@ -379,39 +324,21 @@ class Trainer:
             self.telemetry.add_ckpt_time(self.ckpt.maybe_save(loop.step, force=True))
         self.ckpt.wait()
         self.faults.stop()
-        digest = self.strategy.param_digest()
-        wall = time.time() - self.t_start
-        tele = self.telemetry.summary()
         latest = self.ckpt.latest() if self.info.is_main else None
+        loop_counts = {k: getattr(loop, k) for k in ("samples_seen", "tokens_seen", "nan_skips", "rollbacks")}
         summary = {
-            "status": status,
-            "exit_reason": reason,
-            "steps": loop.step,
-            "final_loss": self.last_loss,
-            "param_digest": digest,
-            **tele,
+            "status": status, "exit_reason": reason, "steps": loop.step, "final_loss": self.last_loss,
+            "param_digest": self.strategy.param_digest(), **self.telemetry.summary(),
             "eval": {k: v for k, v in (eval_row or {}).items() if k != "step"},
-            "wall_s": wall,
-            "world_size": self.info.world_size,
-            "strategy": self.strategy.name,
-            "precision": self.cfg.precision,
-            "device": str(self.info.device),
-            "samples_seen": loop.samples_seen,
-            "tokens_seen": loop.tokens_seen,
-            "nan_skips": loop.nan_skips,
-            "rollbacks": loop.rollbacks,
+            "wall_s": time.time() - self.t_start, "world_size": self.info.world_size, "strategy": self.strategy.name,
+            "precision": self.cfg.precision, "device": str(self.info.device), **loop_counts,
             "fp16_overflow_skips": self.state.precision.skipped_steps,
-            "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
-            "run_dir": str(self.run.path),
-            "checkpoint": str(latest[1]) if latest else None,
-            **self.flops.as_dict(),
+            "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), "run_dir": str(self.run.path),
+            "checkpoint": str(latest[1]) if latest else None, **self.flops.as_dict(),
         }
         self.run.write_summary(summary)
-        if status == "preempted":
-            self.run.event("preempted", status=status, step=loop.step, reason=reason,
-                           reaction_s=self.faults.reaction_s)
-        else:
-            self.run.event("end", status=status, step=loop.step, reason=reason)
+        extra = {"reaction_s": self.faults.reaction_s} if status == "preempted" else {}
+        self.run.event("preempted" if extra else "end", status=status, step=loop.step, reason=reason, **extra)
         self.telemetry.close()
         self.console.summary(summary, summary["checkpoint"])
         self.run.close()

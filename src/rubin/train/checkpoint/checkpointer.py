@@ -56,6 +56,13 @@ class LoopState:
     nan_skips: int = 0
     data_skips: list = field(default_factory=list)  # [epoch, sample_in_epoch] of steps skipped after a rollback
 
+    def advance(self, step: int, samples: int, tokens: int) -> None:
+        """STEP is done: it consumed SAMPLES global samples (TOKENS tokens)."""
+        self.step = step
+        self.sample_in_epoch += samples
+        self.samples_seen += samples
+        self.tokens_seen += tokens
+
     @classmethod
     def from_dict(cls, d: dict) -> "LoopState":
         names = {f.name for f in fields(cls)}
@@ -107,15 +114,20 @@ def reseed(seed: int, rank: int, step: int = 0) -> None:
     dev.manual_seed_all(s)
 
 
+def _alone() -> None:
+    """The barrier of a single process: nobody to wait for."""
+
+
 class Checkpointer:
     def __init__(self, cfg, info, run, state: TrainState, *, env: dict, console, heartbeat):
         """CONSOLE shows what a person must know (a resume, a skipped checkpoint); HEARTBEAT is told
         when a save begins, so the hang watchdog gives the save its own, longer limit."""
         self.cfg, self.info, self.run, self.state = cfg, info, run, state
-        self.say, self.heartbeat = console.print, heartbeat
+        self.console, self.say, self.heartbeat = console, console.print, heartbeat
+        barrier = functools.partial(distributed.barrier, info) if info.world_size > 1 else _alone
         self.store = CheckpointStore(
             run.checkpoints, keep_last=cfg.checkpoint.keep_last, keep_every_steps=cfg.checkpoint.keep_every_steps,
-            rank=info.rank, world_size=info.world_size, barrier=functools.partial(distributed.barrier, info), on_event=self._event,
+            rank=info.rank, world_size=info.world_size, barrier=barrier, on_event=self._event,
         )
         self.meta = {"strategy": state.strategy.name, "config_hash": cfg.hash(), "env": env}  # versions: manifest.build
         self.async_writer = AsyncCheckpointer(
@@ -184,6 +196,20 @@ class Checkpointer:
         """Until the async save in flight (if any) has committed; re-raises its error."""
         if self.async_writer is not None:
             self.async_writer.wait()
+
+    def settle(self) -> None:
+        """After a failure: let a save already in flight commit before the process exits (its writer
+        is a daemon thread that exit would cut off). One rank only: with peers, the commit waits for
+        theirs, which may be gone, and an elastic restart resumes from the last committed one anyway."""
+        writer = self.async_writer
+        step = writer.inflight_step if writer is not None and self.info.world_size == 1 else None
+        if step is None:
+            return
+        self.console.notice(f"rubin: waiting for the checkpoint of step {step} to commit before exiting")  # also --quiet
+        try:
+            writer.wait()
+        except Exception as err:  # noqa: BLE001 - the failure being reported comes first
+            self.console.notice(f"rubin: warning: that checkpoint did not commit: {err}")
 
     # -- restore ---------------------------------------------------------------------------
     def restore_latest(self, *, announce: bool = True, force: bool = False) -> int | None:

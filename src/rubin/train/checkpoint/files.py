@@ -48,7 +48,8 @@ def save_file(obj, path: str | os.PathLike) -> None:
 
     path = Path(path)
     try:
-        inject.maybe_disk_full(path)
+        if inject.ARMED:
+            inject.maybe_disk_full(path)
         with open(path, "wb") as f:
             torch.save(obj, f)
             f.flush()

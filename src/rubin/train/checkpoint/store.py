@@ -32,6 +32,7 @@ from typing import Callable, NamedTuple
 from rubin.errors import ExitCode, RubinError, bad_value
 from rubin.train.checkpoint import manifest as mf
 from rubin.train.checkpoint.files import disk_full_error, fsync_dir, is_disk_full
+from rubin.train.faults import inject
 
 STEP_RE = re.compile(r"^step-(\d{8,})$")
 TMP_PREFIX = ".tmp-step-"
@@ -101,10 +102,9 @@ class CheckpointStore:
 
     # -- writing -----------------------------------------------------------------------
     def begin(self, step: int) -> Path:
-        from rubin.train.faults import inject
-
         self.saves_begun += 1
-        inject.note_save(self.saves_begun, self.rank)
+        if inject.ARMED:
+            inject.note_save(self.saves_begun, self.rank)
         tmp = self.tmp_dir(step)
         self._begun_at[step] = time.perf_counter()
         if self.rank == 0:
@@ -127,10 +127,9 @@ class CheckpointStore:
         issued from a second thread on the training process group can interleave with the
         loop's own collectives and deadlock or corrupt them.
         """
-        from rubin.train.faults import inject
-
         tmp = Path(tmp)
-        inject.fault_point("checkpoint", step, self.rank)  # every rank: files written, nothing committed yet
+        if inject.ARMED:
+            inject.fault_point("checkpoint", step, self.rank)  # every rank: files written, nothing committed yet
         if coordinate == "files":
             return self._commit_by_files(step, tmp, meta)
         self.barrier()
@@ -182,14 +181,14 @@ class CheckpointStore:
         return final
 
     def _finalize(self, step: int, tmp: Path, meta: dict) -> None:
-        from rubin.train.faults import inject
-
         t0 = time.perf_counter()
         man = mf.build(tmp, step, meta, world_size=self.world_size)
         digest = mf.write(tmp, man)
-        inject.fault_point("manifest", step, self.rank)  # manifest written, marker not yet
+        if inject.ARMED:
+            inject.fault_point("manifest", step, self.rank)  # manifest written, marker not yet
         mf.write_marker(tmp, step, digest)
-        inject.fault_point("commit", step, self.rank)  # marker written, not yet renamed
+        if inject.ARMED:
+            inject.fault_point("commit", step, self.rank)  # marker written, not yet renamed
         final = self.step_dir(step)
         trash = None
         if final.exists():  # the same step saved again (after a rollback): swap, then delete the old one

@@ -16,7 +16,8 @@ built and restored, no step taken yet; ``checkpoint`` = files written, nothing c
 ``seconds``, ``restart`` (TORCHELASTIC_RESTART_COUNT the fault fires on; default 0, so an
 elastic restart does not crash again; ``any`` for every attempt).
 
-With RUBIN_FAULT unset, ``fault_point`` is one global lookup and a return.
+With RUBIN_FAULT unset, ``ARMED`` is False and the loop and the checkpoint store make no call
+into this module at all; ``fault_point`` itself is one global lookup and a return.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def parse(text: str) -> list[Fault]:
 
 
 _UNSET = object()
+ARMED = bool(os.environ.get("RUBIN_FAULT"))  # read by the hot paths before they call in here
 _faults = _UNSET
 _save_index = 0
 _save_rank: int | None = None
@@ -92,9 +94,10 @@ def active() -> list[Fault]:
 
 def reload() -> list[Fault]:
     """Re-read RUBIN_FAULT (tests that change it in-process)."""
-    global _faults, _save_index
+    global _faults, _save_index, ARMED
     _faults = _UNSET
     _save_index = 0
+    ARMED = bool(os.environ.get("RUBIN_FAULT"))
     return active()
 
 

@@ -92,13 +92,14 @@ class FaultPolicy:
     def beat(self, step: int, phase: str) -> None:
         """Entering PHASE of STEP: the heartbeat, and a named fault point ("crash@step=7,phase=backward")."""
         self.heartbeat.beat(step, phase)
-        if phase != "checkpoint":  # the store has its own checkpoint/manifest/commit points
+        if faults.inject.ARMED and phase != "checkpoint":  # the store has its own checkpoint/manifest/commit points
             faults.fault_point(phase, step, self.info.rank)
 
     def phase(self, step: int, name: str, *, micro: int | None = None):
         """``with faults.phase(step, "backward"):``. The first micro-batch's forward also fires the
-        step's own points: ``step`` (a new step begins) and ``micro-N`` (inside the accumulation window)."""
-        if micro is not None:
+        step's own points: ``step`` (a new step begins) and ``micro-N`` (inside the accumulation window).
+        With RUBIN_FAULT unset (it is for tests only), a phase is its heartbeat and nothing else."""
+        if micro is not None and faults.inject.ARMED:
             if micro == 0:
                 faults.fault_point("step", step, self.info.rank)
             faults.fault_point(f"micro-{micro}", step, self.info.rank)

@@ -114,7 +114,10 @@ class Watchdog:
         msg = (f"rubin: error: hang: rank(s) {', '.join(map(str, names))} stalled ({why}); this rank {self.rank} made no "
                f"progress for {stuck_s:.1f} s at step {hb.step} (phase {hb.phase}), over faults.hang_timeout_s="
                f"{self.timeout_s:g}; stacks in {self.report_path}")
-        self.say(msg)
+        try:
+            self.say(msg)
+        except Exception:  # noqa: BLE001 - a closed stderr must not keep a hung rank alive
+            pass
         if self.exit:
             sys.stdout.flush()
             os._exit(int(ExitCode.FAILURE))

@@ -30,11 +30,12 @@ class Console:
         self.tty = self.enabled and sys.stdout.isatty()
         self.total = total_steps
         if self.tty:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich import progress as rp
 
-            self._progress = Progress(
-                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+            self._progress = rp.Progress(
+                rp.TextColumn("[bold]train"), rp.BarColumn(), rp.MofNCompleteColumn(),
+                rp.TextColumn("{task.fields[info]}"), rp.TimeElapsedColumn(), rp.TextColumn("eta"),
+                rp.TimeRemainingColumn(),
             )
             self._task = self._progress.add_task("train", total=total_steps, completed=0, info="")
             self._progress.start()
@@ -59,6 +60,21 @@ class Console:
     def notice(self, text: str) -> None:
         """A line on stderr that --quiet does not silence: why the exit waits, why a rank ends."""
         print(text, file=sys.stderr, flush=True)
+
+    def started(self, cfg, strategy: str, info, plan, total_steps: int) -> None:
+        self.print(f"rubin train: {cfg.model.import_ or cfg.model.name} on {cfg.data.import_ or cfg.data.name}, "
+                   f"{total_steps} steps, {strategy} x{info.world_size} on {info.device}, {cfg.precision}, "
+                   f"batch {plan.global_batch} = {info.world_size} ranks x {plan.accum_steps} x {plan.micro_batch}")
+
+    def already_complete(self, summary: dict, run_dir: str) -> None:
+        self.print(f"run dir {summary.get('run_dir') or run_dir!r} is already complete at step {summary.get('steps')}: "
+                   "nothing to do (use another run.dir, or --force to start over)")
+        self.summary(summary, summary.get("checkpoint"))
+
+    def evaluated(self, step: int, result: dict) -> None:
+        acc, ppl = result.get("accuracy"), result.get("perplexity")
+        metric = f"accuracy {acc:.4f}" if acc is not None else f"perplexity {ppl:.2f}"
+        self.print(f"eval step {step}: loss {result['eval_loss']:.4f}  {metric}")
 
     def step(self, step: int) -> None:
         if self._progress is not None:

@@ -22,6 +22,13 @@ class Flops:
     source: str  # "model" (the model's flops_per_sample), "counted" (FlopCounterMode), or "unavailable"
     detail: str = ""
 
+    @property
+    def warning(self) -> str | None:
+        if self.source != "unavailable":
+            return None
+        return (f"could not count the model's FLOPs ({self.detail}): MFU is not reported; "
+                "give the model a flops_per_sample attribute or method")
+
     def as_dict(self) -> dict:
         return {"flops_per_sample": self.per_sample, "flops_source": self.source, **({"flops_detail": self.detail} if self.detail else {})}
 
