@@ -67,7 +67,7 @@ class GlobalBatchSampler(Sampler[list]):
         return torch.randperm(self.n, generator=g)
 
     def __iter__(self):
-        order = self._order().tolist()  # one conversion per epoch; slicing a list per micro-batch is cheap, a tensor's is not
+        order = self._order().tolist()  # once per epoch: slicing a list per micro-batch is cheap, a tensor's is not
         p = self.plan
         first_step = self.start_sample // p.global_batch
         for step in range(first_step, self.steps_per_epoch()):

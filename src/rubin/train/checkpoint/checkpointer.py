@@ -83,7 +83,8 @@ class TrainState:
     extras: dict = field(default_factory=dict)
 
     def trainer_dict(self) -> dict:
-        return {"scheduler": self.scheduler.state_dict(), "precision": self.precision.state_dict(), "loop": asdict(self.loop),
+        return {"scheduler": self.scheduler.state_dict(), "precision": self.precision.state_dict(),
+                "loop": asdict(self.loop),
                 **{name: obj.state_dict() for name, obj in self.extras.items()}}
 
 
@@ -92,7 +93,8 @@ def capture_rng() -> dict:
     np_state = np.random.get_state()
     return {
         "python": [py[0], list(py[1]), py[2]],
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]), int(np_state[3]),
+                  float(np_state[4])],
         "torch": torch.get_rng_state(),
         "cuda": dev.cuda_rng_states(),
     }
@@ -131,7 +133,8 @@ class Checkpointer:
         )
         self.meta = {"strategy": state.strategy.name, "config_hash": cfg.hash(), "env": env}  # versions: manifest.build
         self.async_writer = AsyncCheckpointer(
-            self.store, on_event=self._event, policy=cfg.checkpoint.async_policy, group_timeout_s=cfg.distributed.timeout_s,
+            self.store, on_event=self._event, policy=cfg.checkpoint.async_policy,
+            group_timeout_s=cfg.distributed.timeout_s,
         ) if cfg.checkpoint.async_ else None
         self.last_save_s: float | None = None  # the last synchronous save, for the grace-period check
         self.last_step: int | None = None
@@ -153,7 +156,8 @@ class Checkpointer:
         return bool(m and self.info.is_main and time.monotonic() - self._last_time >= m * 60)
 
     def maybe_save(self, step: int, *, force: bool = False, emergency: bool = False) -> float:
-        """Save at this step boundary if due, forced or an emergency (always synchronous); returns the seconds the loop stalled."""
+        """Save at this step boundary if due, forced or an emergency (always synchronous); returns the
+        seconds the loop stalled."""
         if not (force or emergency or self.due(step)) or self.last_step == step:
             return 0.0
         self.heartbeat.beat(step, "checkpoint")
@@ -205,7 +209,7 @@ class Checkpointer:
         step = writer.inflight_step if writer is not None and self.info.world_size == 1 else None
         if step is None:
             return
-        self.console.notice(f"rubin: waiting for the checkpoint of step {step} to commit before exiting")  # also --quiet
+        self.console.notice(f"rubin: waiting for the checkpoint of step {step} to commit before exiting")
         try:
             writer.wait()
         except Exception as err:  # noqa: BLE001 - the failure being reported comes first
@@ -259,7 +263,8 @@ class Checkpointer:
         return self.store.latest_valid()
 
     def check_grace(self) -> str | None:
-        """Say so (event + console line), from the measured save time, if an emergency save cannot fit in the grace period.
+        """Say so (event + console line), from the measured save time, if an emergency save cannot fit
+        in the grace period.
 
         The time is this run's last synchronous save, or at startup the newest save recorded in
         events.jsonl by an earlier attempt of the same run.

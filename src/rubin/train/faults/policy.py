@@ -37,7 +37,8 @@ _NONE = -(2**62)  # "no bad step" in the MAX all-reduce of negated step numbers
 class StepFlags:
     """What every rank agreed on at a check."""
 
-    bad_step: int | None = None  # the first step since the last check with a non-finite loss or grad norm (or a spike), on any rank
+    # the first step since the last check with a non-finite loss or grad norm (or a spike), on any rank
+    bad_step: int | None = None
     stop: bool = False  # some rank got a preemption signal
     save: bool = False  # a timed checkpoint is due (rank 0's clock)
     loss: float | None = None  # this rank's loss and grad norm at bad_step, for the event
@@ -167,7 +168,8 @@ class FaultPolicy:
         self._last_check, self._next_check = (step, time.monotonic()), step + 1
 
     def check_due(self, step: int) -> bool:
-        """Whether the loop must read its flags after STEP (the same answer on every rank), on top of its log/save/eval steps."""
+        """Whether the loop must read its flags after STEP (the same answer on every rank), on top of its
+        log, save and eval steps."""
         if step >= self._next_check:
             return True
         # one rank: a signal needs no agreement, so it is acted on at the end of the step it arrived in
@@ -182,9 +184,11 @@ class FaultPolicy:
             norms = torch.stack([norm for _, _, _, norm in pending]).float()
             values = torch.stack([losses, norms], dim=1).tolist()  # three kernels and one host sync, however many steps
             for (s, pos, _, _), (lv, gv) in zip(pending, values):
-                nonfinite = not math.isfinite(lv) or (not self.fp16 and not math.isfinite(gv))  # fp16 overflow: the scaler's job
+                # an fp16 overflow (non-finite grad norm) is the scaler's job
+                nonfinite = not math.isfinite(lv) or (not self.fp16 and not math.isfinite(gv))
                 if not nonfinite and self.spikes is not None and self.spikes.update(lv):
-                    self.run.event("warning", message=f"loss spike: {lv:.4g} above {self.spikes.factor}x its running median", step=s)
+                    message = f"loss spike: {lv:.4g} above {self.spikes.factor}x its running median"
+                    self.run.event("warning", message=message, step=s)
                     nonfinite = True
                 if nonfinite:
                     bad, loss_v, norm_v, position = s, lv, gv, pos
