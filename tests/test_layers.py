@@ -15,6 +15,10 @@ SRC = ROOT / "src"
 
 # (importing module, imported module): allowed although the tiers say no. Keep this short.
 IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {}
+# (importing package, imported package): refused although the tiers would allow it.
+FORBIDDEN = {
+    ("plan", "train"): "the planner's measured step uses the model contract (workloads/contract), not the loop",
+}
 
 # Modules below cli/ that may call print(): each is its own process's entry point, and its stdout is
 # the protocol its parent reads (or the user's terminal, for a `python -m` tool).
@@ -102,6 +106,11 @@ def test_no_import_runs_up_or_sideways():
         arrow = "up" if TIERS[ta] > TIERS[tb] else "sideways (same tier)"
         wrong.append(f"{importer} -> {imported} ({arrow}: tier {TIERS[ta]} -> {TIERS[tb]})")
     assert sorted(wrong) == []
+
+
+def test_no_forbidden_import():
+    found = [f"{a} -> {b}" for a, bs in GRAPH.items() for b in bs if (_top(a), _top(b)) in FORBIDDEN]
+    assert found == []
 
 
 def test_the_exceptions_are_still_needed():
