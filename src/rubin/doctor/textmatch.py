@@ -94,6 +94,33 @@ def terms(text: str) -> list[str]:
     return out
 
 
+# Text a library appends to every message of a kind: it names no cause, so it must never decide a match.
+# Removed before matching; the OOM hint becomes the plain OOM words it implies (it is printed on OOM only).
+_BOILERPLATE = [
+    (re.compile(r"If reserved but unallocated memory is large try setting\s+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
+                r"True to avoid\s+fragmentation\.?(\s*See documentation for Memory Management\s*(\(\S+\))?)?", re.I),
+     " CUDA out of memory. "),
+    (re.compile(r"If reserved memory is >> allocated memory try setting\s+max_split_size_mb to avoid\s+fragmentation\.?"
+                r"(\s*See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF)?", re.I), " CUDA out of memory. "),
+    (re.compile(r"CUDA kernel errors might be asynchronously reported at some other API call(,?\s+so the\s+stacktrace below"
+                r" might be incorrect)?\.?|For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?|Compile with"
+                r" .?TORCH_USE_CUDA_DSA.? to enable device-side assertions\.?", re.I), " "),
+    (re.compile(r"\(run with NCCL_DEBUG=INFO for details\)|\bLast error:|Due to the asynchronous nature of CUDA kernels,"
+                r"\s+subsequent GPU operations might run on corrupted/incomplete data\.?|To avoid data inconsistency,"
+                r" we are taking the entire process down\.?", re.I), " "),
+    (re.compile(r"traceback\s*:\s*To enable traceback see: \S+|error_file\s*:\s*\S+|<NO_OTHER_FAILURES>|^\s*[=-]{8,}\s*$"
+                r"|^\s*(time|host|rank)\s+:.*$|^\s*Failures:\s*$|^\s*\[\d+\]:\s*$"
+                r"|torch\.distributed\.elastic\.multiprocessing\.errors\.(?=ChildFailedError)", re.I | re.M), " "),
+]
+
+
+def strip_boilerplate(text: str) -> str:
+    """The text without the sentences a library appends to every error of a kind (see _BOILERPLATE)."""
+    for pattern, repl in _BOILERPLATE:
+        text = pattern.sub(repl, text)
+    return text
+
+
 class BM25:
     """Okapi BM25 over pre-tokenised documents. Queries count each distinct term once, so a log that
     repeats a line 500 times does not outweigh the one line that names the error."""
@@ -108,22 +135,39 @@ class BM25:
             df.update(tf.keys())
         n = len(docs)
         self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+        self.norm = [k1 * (1 - b + b * size / self.avg) for size in self.len] if self.avg else [k1] * len(self.len)
+        self._postings: dict[str, list[int]] | None = None
 
     def scores(self, query: list[str]) -> list[tuple[float, list[str]]]:
         """(score, matched terms) for every document, in document order."""
-        q = [t for t in set(query) if t in self.idf]
-        out = []
-        for tf, n in zip(self.tf, self.len):
-            norm = self.k1 * (1 - self.b + self.b * n / self.avg)
-            score, hit = 0.0, []
-            for t in q:
-                f = tf.get(t)
-                if f:
-                    weight = CHARGRAM_WEIGHT if t[0] == "#" else 1.0
-                    score += weight * self.idf[t] * f * (self.k1 + 1) / (f + norm)
-                    hit.append(t)
-            out.append((score, hit))
+        out: list[tuple[float, list[str]]] = [(0.0, []) for _ in self.tf]
+        for i, score, hit in self._walk(query):
+            out[i] = (score, hit)
         return out
+
+    def weight(self, query: list[str]) -> float:
+        """The query's own weight: the sum of its distinct known terms' idf (what a perfect match scores, about)."""
+        return sum((CHARGRAM_WEIGHT if t[0] == "#" else 1.0) * self.idf[t] for t in set(query) if t in self.idf)
+
+    def top(self, query: list[str]) -> list[tuple[int, float]]:
+        """(document index, score) of every document that shares a two-word phrase with the query."""
+        return [(i, score) for i, score, hit in self._walk(query) if any(" " in t for t in hit)]
+
+    def _walk(self, query: list[str]):
+        if self._postings is None:  # an inverted index: a query only visits the documents holding its terms
+            self._postings = {}
+            for i, tf in enumerate(self.tf):
+                for t in tf:
+                    self._postings.setdefault(t, []).append(i)
+        acc: dict[int, float] = {}
+        hits: dict[int, list[str]] = {}
+        for t in set(query):
+            for i in self._postings.get(t, ()):
+                f = self.tf[i][t]
+                weight = CHARGRAM_WEIGHT if t[0] == "#" else 1.0
+                acc[i] = acc.get(i, 0.0) + weight * self.idf[t] * f * (self.k1 + 1) / (f + self.norm[i])
+                hits.setdefault(i, []).append(t)
+        return [(i, acc[i], hits[i]) for i in sorted(acc)]
 
 
 def required_literals(pattern: str) -> list[str] | None:
