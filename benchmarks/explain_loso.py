@@ -32,19 +32,17 @@ class Result:
 
 
 def loso(rows=None) -> Result:
-    from rubin.doctor import corpus, explain, knowledge, textmatch
+    from rubin.doctor import corpus, explain, knowledge
 
     rows = corpus.load() if rows is None else rows
     category = {e.id: e.category for e in knowledge.entries()}
-    terms = [textmatch.terms(textmatch.strip_boilerplate(r.text)) for r in rows]
+    everything = corpus.Examples(rows)
     by_source = defaultdict(list)
     for i, r in enumerate(rows):
         by_source[r.source].append(i)
     res = Result(sources=len(by_source))
     for source, held in by_source.items():
-        held_set = set(held)
-        train = [i for i in range(len(rows)) if i not in held_set]
-        learned = corpus.Examples([rows[i] for i in train], [terms[i] for i in train])
+        learned = everything.without(source)  # the fold learns nothing from this source
         for i in held:
             r = rows[i]
             matches = explain.explain(r.text, None, top=3, examples=learned)

@@ -105,8 +105,22 @@ class Examples:
         self.examples = tuple(examples)
         if terms is None:
             terms = [textmatch.terms(textmatch.strip_boilerplate(e.text)) for e in self.examples]
+        self.terms = terms
         self.bm25 = textmatch.BM25(terms)
-        self.own = [self.bm25.weight(t) or 1.0 for t in terms]
+        self._own: dict[int, float] = {}
+
+    def without(self, source: str) -> Examples:
+        """The same examples with one source left out: nothing of it is learned, not even its word counts."""
+        view = object.__new__(Examples)
+        view.examples, view.terms, view._own = self.examples, self.terms, {}
+        view.bm25 = self.bm25.without(i for i, e in enumerate(self.examples) if e.source == source)
+        return view
+
+    def _weight(self, i: int) -> float:
+        got = self._own.get(i)
+        if got is None:
+            got = self._own[i] = self.bm25.weight(self.terms[i]) or 1.0
+        return got
 
     def best(self, query_terms: list[str]) -> tuple[dict[str | None, tuple[float, Example]], float]:
         """cause -> (similarity, example) of its best example, and the best similarity of an out-of-scope
@@ -118,7 +132,7 @@ class Examples:
         if not whole:
             return out, 0.0
         for i, score in self.bm25.top(query_terms):
-            ex, sim = self.examples[i], score / math.sqrt(whole * self.own[i])
+            ex, sim = self.examples[i], score / math.sqrt(whole * self._weight(i))
             if sim > out.get(ex.cause, (0.0, None))[0]:
                 out[ex.cause] = (sim, ex)
         return out, out.pop(None, (0.0, None))[0]

@@ -19,7 +19,7 @@ class Decision:
     fact: str = ""
 
 
-FRAGMENTED_SHARE = 0.05  # reserved but unallocated above 5% of the GPU and larger than the request: fragmentation
+FRAGMENTED_SHARE = 0.10  # reserved but unallocated above 10% of the GPU and larger than the request: fragmentation
 
 _UNIT = {"b": 1 / 2**30, "kib": 1 / 2**20, "mib": 1 / 1024, "gib": 1.0, "tib": 1024.0, "kb": 1 / 2**20, "mb": 1 / 1024,
          "gb": 1.0}
@@ -55,6 +55,9 @@ def oom(text: str) -> dict[str, Decision]:
         if not allocated:
             return {}
         total, whole = allocated + unallocated, "memory PyTorch holds"
+    allocated = _gib(_ALLOCATED.search(text)) or 0.0
+    if allocated + unallocated > total * 1.05:
+        return {}  # numbers that cannot all be true (seen on Windows shared memory): they decide nothing
     request = _gib(_REQUEST.search(text)) or 0.0
     share = unallocated / total
     numbers = f"reserved but unallocated {_fmt(unallocated)} = {share:.2%} of the {_fmt(total)} {whole}"
@@ -109,8 +112,34 @@ def _bare(key: str) -> str:
     return key
 
 
+_SCALES = re.compile(r"(?:reducing to|reducing loss scale to) ([\d.e+-]+)", re.I)
+
+
+def loss_scale(text: str) -> dict[str, Decision]:
+    """fp16 loss scaling: harmless calibration while the scale stays high, a real overflow when it hits its floor."""
+    if re.search(r"loss scale already at minimum", text, re.I):
+        return {"fp16_loss_scale": Decision(1.0, 0.5, "the loss scale reached its minimum: the gradients overflow fp16"
+                                                      " at any scale (use bf16, lower the learning rate)")}
+    scales = []
+    for v in _SCALES.findall(text):
+        try:
+            scales.append(float(v))
+        except ValueError:
+            continue
+    if not scales:
+        return {}
+    last = scales[-1]
+    if last <= 1:
+        fact = f"the loss scale fell to {last:g} after {len(scales)} skipped step(s): fp16 cannot hold these gradients"
+    else:
+        fact = (f"the loss scale is still {last:g} after {len(scales)} skipped step(s): calibration, harmless"
+                " unless it keeps falling toward 1")
+    return {"fp16_loss_scale": Decision(1.0, 0.5, fact)}
+
+
 def decide(text: str) -> dict[str, Decision]:
     """Every decision the message's own facts support (entry id -> Decision)."""
     out = oom(text)
     out.update(state_dict(text))
+    out.update(loss_scale(text))
     return out

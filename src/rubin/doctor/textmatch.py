@@ -100,8 +100,8 @@ _BOILERPLATE = [
     (re.compile(r"If reserved but unallocated memory is large try setting\s+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
                 r"True to avoid\s+fragmentation\.?(\s*See documentation for Memory Management\s*(\(\S+\))?)?", re.I),
      " CUDA out of memory. "),
-    (re.compile(r"If reserved memory is >> allocated memory try setting\s+max_split_size_mb to avoid\s+fragmentation\.?"
-                r"(\s*See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF)?", re.I), " CUDA out of memory. "),
+    (re.compile(r"(If reserved memory is >> )?\w*(allocated memory )?try setting\s+max_split_size_mb to avoid\s+fragmentation\.?"
+                r"(\s*See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CON\w*)?", re.I), " CUDA out of memory. "),
     (re.compile(r"CUDA kernel errors might be asynchronously reported at some other API call(,?\s+so the\s+stacktrace below"
                 r" might be incorrect)?\.?|For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?|Compile with"
                 r" .?TORCH_USE_CUDA_DSA.? to enable device-side assertions\.?", re.I), " "),
@@ -123,20 +123,48 @@ def strip_boilerplate(text: str) -> str:
 
 class BM25:
     """Okapi BM25 over pre-tokenised documents. Queries count each distinct term once, so a log that
-    repeats a line 500 times does not outweigh the one line that names the error."""
+    repeats a line 500 times does not outweigh the one line that names the error.
+
+    ``without(docs)`` is the same index with some documents left out (their terms no longer count in
+    the document frequencies either): evaluation leaves a source out without re-indexing the rest."""
 
     def __init__(self, docs: list[list[str]], k1: float = 1.2, b: float = 0.75):
         self.k1, self.b = k1, b
         self.tf = [Counter(d) for d in docs]
         self.len = [len(d) for d in docs]
-        self.avg = sum(self.len) / max(len(docs), 1)
-        df: Counter = Counter()
-        for tf in self.tf:
-            df.update(tf.keys())
-        n = len(docs)
-        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
-        self.norm = [k1 * (1 - b + b * size / self.avg) for size in self.len] if self.avg else [k1] * len(self.len)
-        self._postings: dict[str, list[int]] | None = None
+        self.df: Counter = Counter()
+        self.postings: dict[str, list[int]] = {}  # an inverted index: a query visits only the documents holding its terms
+        for i, tf in enumerate(self.tf):
+            self.df.update(tf.keys())
+            for t in tf:
+                self.postings.setdefault(t, []).append(i)
+        self._set_up(frozenset(), self.df)
+
+    def _set_up(self, out: frozenset[int], df: Counter) -> None:
+        self.out, self._df = out, df
+        self.n = len(self.tf) - len(out)
+        kept = [size for i, size in enumerate(self.len) if i not in out]
+        avg = sum(kept) / max(len(kept), 1)
+        self.norm = [self.k1 * (1 - self.b + self.b * size / avg) if avg else self.k1 for size in self.len]
+        self._idf: dict[str, float] = {}
+
+    def without(self, docs) -> BM25:
+        out = frozenset(docs)
+        df = Counter()
+        for i in out:
+            df.update(self.tf[i].keys())
+        view = object.__new__(BM25)
+        view.__dict__.update(self.__dict__)
+        view._set_up(out, self.df - df)
+        return view
+
+    def idf(self, term: str) -> float:
+        """0 for a term no kept document holds."""
+        got = self._idf.get(term)
+        if got is None:
+            f = self._df.get(term, 0)
+            got = self._idf[term] = math.log(1 + (self.n - f + 0.5) / (f + 0.5)) if f else 0.0
+        return got
 
     def scores(self, query: list[str]) -> list[tuple[float, list[str]]]:
         """(score, matched terms) for every document, in document order."""
@@ -145,27 +173,28 @@ class BM25:
             out[i] = (score, hit)
         return out
 
-    def weight(self, query: list[str]) -> float:
-        """The query's own weight: the sum of its distinct known terms' idf (what a perfect match scores, about)."""
-        return sum((CHARGRAM_WEIGHT if t[0] == "#" else 1.0) * self.idf[t] for t in set(query) if t in self.idf)
+    def weight(self, terms) -> float:
+        """The summed idf of distinct terms (what a perfect match scores, about)."""
+        return sum((CHARGRAM_WEIGHT if t[0] == "#" else 1.0) * self.idf(t) for t in set(terms))
 
     def top(self, query: list[str]) -> list[tuple[int, float]]:
         """(document index, score) of every document that shares a two-word phrase with the query."""
         return [(i, score) for i, score, hit in self._walk(query) if any(" " in t for t in hit)]
 
     def _walk(self, query: list[str]):
-        if self._postings is None:  # an inverted index: a query only visits the documents holding its terms
-            self._postings = {}
-            for i, tf in enumerate(self.tf):
-                for t in tf:
-                    self._postings.setdefault(t, []).append(i)
         acc: dict[int, float] = {}
         hits: dict[int, list[str]] = {}
+        out, k1 = self.out, self.k1
         for t in set(query):
-            for i in self._postings.get(t, ()):
+            docs = self.postings.get(t)
+            if not docs:
+                continue
+            idf = (CHARGRAM_WEIGHT if t[0] == "#" else 1.0) * self.idf(t)
+            for i in docs:
+                if i in out:
+                    continue
                 f = self.tf[i][t]
-                weight = CHARGRAM_WEIGHT if t[0] == "#" else 1.0
-                acc[i] = acc.get(i, 0.0) + weight * self.idf[t] * f * (self.k1 + 1) / (f + self.norm[i])
+                acc[i] = acc.get(i, 0.0) + idf * f * (k1 + 1) / (f + self.norm[i])
                 hits.setdefault(i, []).append(t)
         return [(i, acc[i], hits[i]) for i in sorted(acc)]
 
@@ -238,6 +267,8 @@ def _longest_literal(branch: str) -> str:
         elif c in ".^$*+?{}|":
             if c in "?*{" and cur:  # the quantifier makes the last character optional
                 cur = cur[:-1]
+            if c == "{" and "}" in branch[i:]:  # a counted quantifier {m,n}: its digits are not literal text
+                i = branch.index("}", i) + 1
             runs.append(cur)
             cur = ""
         elif depth == 0:
