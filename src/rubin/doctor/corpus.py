@@ -77,12 +77,16 @@ def _load() -> tuple[tuple[Example, ...], tuple[str, ...]]:
     from rubin.doctor import knowledge
 
     ids = {e.id for e in knowledge.entries()}
-    examples, problems = [], []
+    examples, problems, seen = [], [], set()
     for path in sorted(_dir().iterdir(), key=lambda p: p.name):
         if path.name.endswith(".jsonl"):
             ex, pr = parse(path.name, path.read_text(encoding="utf-8").splitlines(), ids)
-            examples += ex
             problems += pr
+            for e in ex:  # two collectors may quote the same text: it counts once
+                key = " ".join(e.text.split())
+                if key not in seen:
+                    seen.add(key)
+                    examples.append(e)
     return tuple(examples), tuple(problems)
 
 

@@ -38,6 +38,7 @@ MISSING_CONTEXT = 0.3  # an entry whose required context (e.g. MIG) is absent fr
 CONTEXT = 1.5  # ... or present: then the specialised entry outranks the general one (MIG over any bad ordinal)
 EXAMPLE_WEIGHT = 1.0  # the best corpus example of an entry: its similarity (0..~1.5) times this adds to the score
 MIN_EXAMPLE = 0.3  # an example less similar than this is no evidence
+WORDS_ONLY = 0.7  # without a pattern or a decided fact, the best confidence stays below WEAK's 0.6 ...
 OUTSIDE_DAMPING = 0.5  # an out-of-scope example closer than the best match's own: halve its confidence
 
 WHAT_TO_COLLECT = [
@@ -56,7 +57,8 @@ class Match:
     matched: list[str]
     confirmed_by: list[Finding] = field(default_factory=list)
     confidence: float = 0.0
-    evidence: str = "pattern"  # "pattern": a regex matched; "example": a corpus text; "words": the ranking alone
+    evidence: str = "pattern"  # "pattern": a regex matched; "fact": a decider read it from the message;
+    #                            "example": a corpus text reads alike; "words": the ranking alone
     fact: str = ""  # the deciding fact read from the text, printed with the cause and fix
     nearest: str = ""  # the url of the closest real-error example of this cause
     nearest_score: float = 0.0
@@ -118,7 +120,8 @@ def explain(text: str, findings: list[Finding] | None = None, top: int = TOP,
         confirmed = [f for f in problems if f.check in entry.checks]
         if confirmed:
             score *= CONFIRM_BOOST
-        evidence = "pattern" if rx else "example" if near >= MIN_EXAMPLE else "words"
+        evidence = ("pattern" if rx else "fact" if decision and decision.bonus
+                    else "example" if near >= MIN_EXAMPLE else "words")
         fact = decision.fact if decision and decision.fact else _fact(matched, example if near >= MIN_EXAMPLE else None)
         out.append(Match(entry, score, matched or ["words: " + ", ".join(words[:8])], confirmed, evidence=evidence,
                          fact=fact, nearest=example.url if example else "", nearest_score=near))
@@ -145,8 +148,10 @@ def _confidences(matches: list[Match], outside: float = 0.0) -> None:
     weights = [math.exp((m.score - best) / TEMPERATURE) for m in matches]
     total = sum(weights)
     strength = 1 - math.exp(-best / STRENGTH)
-    if matches[0].evidence != "pattern" and outside > matches[0].nearest_score:
-        strength *= OUTSIDE_DAMPING
+    if matches[0].evidence not in ("pattern", "fact"):  # words or a resemblance alone: shown as candidates
+        strength *= WORDS_ONLY
+        if outside > matches[0].nearest_score:
+            strength *= OUTSIDE_DAMPING
     for m, w in zip(matches, weights):
         m.confidence = w / total * strength
 

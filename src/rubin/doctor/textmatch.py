@@ -105,7 +105,12 @@ _BOILERPLATE = [
     (re.compile(r"CUDA kernel errors might be asynchronously reported at some other API call(,?\s+so the\s+stacktrace below"
                 r" might be incorrect)?\.?|For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?|Compile with"
                 r" .?TORCH_USE_CUDA_DSA.? to enable device-side assertions\.?", re.I), " "),
-    (re.compile(r"\(run with NCCL_DEBUG=INFO for details\)|\bLast error:|Due to the asynchronous nature of CUDA kernels,"
+    # NCCL's text for an error code is the same whatever the cause; the code's name (ncclSystemError) stays
+    (re.compile(r"System call \((e\.g\. socket, malloc|socket, malloc, munmap, etc)\) (or external library call )?failed"
+                r"( or device error)?\.?|This usually reflects invalid usage of NCCL library\.?|It can be also caused by"
+                r" unexpected exit of a remote peer(, you can check NCCL warnings for failure reason and see if there is"
+                r" connection closure by a peer)?\.?", re.I), " "),
+    (re.compile(r"\(run with NCCL_DEBUG=(INFO|WARN) for details\)|\bLast error:|Due to the asynchronous nature of CUDA kernels,"
                 r"\s+subsequent GPU operations might run on corrupted/incomplete data\.?|To avoid data inconsistency,"
                 r" we are taking the entire process down\.?", re.I), " "),
     (re.compile(r"traceback\s*:\s*To enable traceback see: \S+|error_file\s*:\s*\S+|<NO_OTHER_FAILURES>|^\s*[=-]{8,}\s*$"
