@@ -175,7 +175,9 @@ def test_weak_match_shows_three_candidates_the_deciding_facts_and_what_to_collec
     confidences = [m["confidence"] for m in rep["matches"]]
     assert confidences == sorted(confidences, reverse=True) and 0 < confidences[-1] <= confidences[0] <= 1
     by_id = {e.id: e for e in knowledge.entries()}
-    assert rep["decide"] == [{"id": m["id"], "fact": by_id[m["id"]].confirm} for m in rep["matches"]]
+    assert [{k: d[k] for k in ("id", "fact")} for d in rep["decide"]] == [
+        {"id": m["id"], "fact": by_id[m["id"]].confirm} for m in rep["matches"]]
+    assert all(d["why_unsure"] for d in rep["decide"])
     assert rep["collect"] == knowledge.collect_for("memory") and rep["collect"] != explain.WHAT_TO_COLLECT
 
 

@@ -171,8 +171,20 @@ def report(text: str, findings: list[Finding] | None = None, *, facts_used: bool
     return {"schema_version": SCHEMA_VERSION, "kind": "explain", "input_chars": len(text), "facts_used": facts_used,
             "matches": [m.to_dict() for m in matches], "matched": bool(matches),
             "confidence": round(best.confidence, 2) if best else 0.0, "weak": weak,
-            "decide": [{"id": m.entry.id, "fact": m.entry.confirm} for m in matches] if weak else [],
+            "decide": [{"id": m.entry.id, "fact": m.entry.confirm, "why_unsure": _why_unsure(m, matches[0])}
+                       for m in matches] if weak else [],
             "collect": collect}
+
+
+def _why_unsure(m: Match, best: Match) -> str:
+    """Why a candidate of a weak answer is not sure, in words."""
+    if m.evidence == "pattern":
+        return "a pattern matches, but another cause scores as well" if m is best else "ranks below the best match"
+    if m.evidence == "fact":
+        return "only the numbers in the message point here"
+    if m.evidence == "example":
+        return "no pattern matches; the text only reads like a known case"
+    return "no pattern matches; only some words are shared"
 
 
 def render(console, rep: dict) -> None:
@@ -207,7 +219,8 @@ def render(console, rep: dict) -> None:
     if rep["decide"]:
         console.print(Text("What tells them apart:", style="bold"))
         for d in rep["decide"]:
-            console.print(Text(f"  - {d['id']}: ", style="bold") + Text(d["fact"]))
+            console.print(Text(f"  - {d['id']}: ", style="bold") + Text(d["fact"]) +
+                          Text(f"  (not sure: {d['why_unsure']})", style="dim"))
     if rep["collect"]:
         console.print(Text(f"Collect next ({rep['matches'][0]['category']}):", style="bold"))
         for c in rep["collect"]:
