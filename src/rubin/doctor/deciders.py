@@ -93,7 +93,8 @@ def state_dict(text: str) -> dict[str, Decision]:
             out = {"ckpt_module_prefix": Decision(0.3, 0.0, fact), "ckpt_missing_keys": Decision(2.0, 1.0, fact)}
     elif len(keys) == 1 and any(_bare(k) != k for k in keys.values()):
         kind, key = next(iter(keys.items()))
-        out = {"ckpt_module_prefix": Decision(1.5, 0.5, f"{kind.lower()} key {key!r} carries a wrapper prefix")}
+        fact = f"{kind.lower()} key {key!r} carries a wrapper prefix"
+        out = {"ckpt_module_prefix": Decision(2.0, 1.0, fact), "ckpt_missing_keys": Decision(0.5, 0.0, fact)}
     sizes = _SIZES.findall(text)
     if sizes:
         heads = [s for s in sizes if _HEAD.search(s[0])]

@@ -96,24 +96,32 @@ def terms(text: str) -> list[str]:
 
 # Text a library appends to every message of a kind: it names no cause, so it must never decide a match.
 # Removed before matching; the OOM hint becomes the plain OOM words it implies (it is printed on OOM only).
+# Each: (lowercase substrings one of which must be present, pattern, replacement).
 _BOILERPLATE = [
-    (re.compile(r"If reserved but unallocated memory is large try setting\s+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
+    (("expandable_segments",),
+     re.compile(r"If reserved but unallocated memory is large try setting\s+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
                 r"True to avoid\s+fragmentation\.?(\s*See documentation for Memory Management\s*(\(\S+\))?)?", re.I),
      " CUDA out of memory. "),
-    (re.compile(r"(If reserved memory is >> )?\w*(allocated memory )?try setting\s+max_split_size_mb to avoid\s+fragmentation\.?"
-                r"(\s*See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CON\w*)?", re.I), " CUDA out of memory. "),
-    (re.compile(r"CUDA kernel errors might be asynchronously reported at some other API call(,?\s+so the\s+stacktrace below"
-                r" might be incorrect)?\.?|For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?|Compile with"
+    (("max_split_size_mb",),
+     re.compile(r"(?:(?:If reserved memory is >> )?a?llocated memory )?try setting\s+max_split_size_mb to avoid"
+                r"\s+fragmentation\.?(\s*See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CON\w*)?", re.I),
+     " CUDA out of memory. "),
+    (("asynchronously reported", "cuda_launch_blocking", "torch_use_cuda_dsa"),
+     re.compile(r"CUDA kernel errors might be asynchronously reported at some other API call(,?\s+so the\s+stacktrace"
+                r" below might be incorrect)?\.?|For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?|Compile with"
                 r" .?TORCH_USE_CUDA_DSA.? to enable device-side assertions\.?", re.I), " "),
     # NCCL's text for an error code is the same whatever the cause; the code's name (ncclSystemError) stays
-    (re.compile(r"System call \((e\.g\. socket, malloc|socket, malloc, munmap, etc)\) (or external library call )?failed"
-                r"( or device error)?\.?|This usually reflects invalid usage of NCCL library\.?|It can be also caused by"
-                r" unexpected exit of a remote peer(, you can check NCCL warnings for failure reason and see if there is"
-                r" connection closure by a peer)?\.?", re.I), " "),
-    (re.compile(r"\(run with NCCL_DEBUG=(INFO|WARN) for details\)|\bLast error:|Due to the asynchronous nature of CUDA kernels,"
-                r"\s+subsequent GPU operations might run on corrupted/incomplete data\.?|To avoid data inconsistency,"
-                r" we are taking the entire process down\.?", re.I), " "),
-    (re.compile(r"traceback\s*:\s*To enable traceback see: \S+|error_file\s*:\s*\S+|<NO_OTHER_FAILURES>|^\s*[=-]{8,}\s*$"
+    (("system call (", "invalid usage of nccl", "unexpected exit of a remote peer"),
+     re.compile(r"System call \((e\.g\. socket, malloc|socket, malloc, munmap, etc)\) (or external library call )?"
+                r"failed( or device error)?\.?|This usually reflects invalid usage of NCCL library\.?|It can be also"
+                r" caused by unexpected exit of a remote peer(, you can check NCCL warnings for failure reason and see if"
+                r" there is connection closure by a peer)?\.?", re.I), " "),
+    (("nccl_debug=", "last error", "asynchronous nature", "data inconsistency"),
+     re.compile(r"\(run with NCCL_DEBUG=(INFO|WARN) for details\)|\bLast error:|Due to the asynchronous nature of CUDA"
+                r" kernels,\s+subsequent GPU operations might run on corrupted/incomplete data\.?|To avoid data"
+                r" inconsistency, we are taking the entire process down\.?", re.I), " "),
+    (("error_file", "childfailederror", "no_other_failures", "to enable traceback"),  # torchrun's ChildFailedError frame
+     re.compile(r"traceback\s*:\s*To enable traceback see: \S+|error_file\s*:\s*\S+|<NO_OTHER_FAILURES>|^\s*[=-]{8,}\s*$"
                 r"|^\s*(time|host|rank)\s+:.*$|^\s*Failures:\s*$|^\s*\[\d+\]:\s*$"
                 r"|torch\.distributed\.elastic\.multiprocessing\.errors\.(?=ChildFailedError)", re.I | re.M), " "),
 ]
@@ -121,8 +129,10 @@ _BOILERPLATE = [
 
 def strip_boilerplate(text: str) -> str:
     """The text without the sentences a library appends to every error of a kind (see _BOILERPLATE)."""
-    for pattern, repl in _BOILERPLATE:
-        text = pattern.sub(repl, text)
+    lower = text.lower()
+    for needs, pattern, repl in _BOILERPLATE:
+        if any(n in lower for n in needs):  # a substring test first: most texts carry none of it
+            text = pattern.sub(repl, text)
     return text
 
 
