@@ -37,8 +37,15 @@ def _explain(args) -> int:
     text = sys.stdin.read() if args.explain == "-" else args.explain
     if not text.strip():
         raise bad_value("--explain", args.explain, "a non-empty error text", "paste the error, or pipe a log with --explain -")
-    from rubin.doctor import explain
+    from rubin.doctor import explain, logscan
 
+    if logscan.is_log(text):  # a whole log: the root cause and its rank, not the best match of every line
+        rep = logscan.report(text)
+        if args.json:
+            print(json.dumps(rep, indent=2))
+        else:
+            logscan.render(_console(), rep)
+        return 0
     findings = None
     if not args.no_facts:
         from rubin.doctor import registry

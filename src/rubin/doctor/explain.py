@@ -17,10 +17,9 @@ match shows its close rivals, the fact that tells them apart, and what to collec
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass, field
 
-from rubin.doctor import knowledge, textmatch
+from rubin.doctor import corpus, deciders, knowledge, textmatch
 from rubin.doctor.findings import Finding
 from rubin.doctor.knowledge import Entry
 
@@ -37,6 +36,10 @@ WEAK = 0.6  # below this confidence the best match is shown as one candidate amo
 GENERIC = 0.3  # a wrapper error counts a third, so that the specific cause it wraps ranks first
 MISSING_CONTEXT = 0.3  # an entry whose required context (e.g. MIG) is absent from the text ...
 CONTEXT = 1.5  # ... or present: then the specialised entry outranks the general one (MIG over any bad ordinal)
+EXAMPLE_WEIGHT = 1.0  # the best corpus example of an entry: its similarity (0..~1.5) times this adds to the score
+MIN_EXAMPLE = 0.3  # an example less similar than this is no evidence
+WORDS_ONLY = 0.7  # without a pattern or a decided fact, the best confidence stays below WEAK's 0.6 ...
+OUTSIDE_DAMPING = 0.5  # an out-of-scope example closer than the best match's own: halve its confidence
 
 WHAT_TO_COLLECT = [
     "the full error, including the first lines above the traceback (the first failing rank's log in multi-GPU runs)",
@@ -54,12 +57,17 @@ class Match:
     matched: list[str]
     confirmed_by: list[Finding] = field(default_factory=list)
     confidence: float = 0.0
-    evidence: str = "pattern"  # "pattern": a regex matched; "words": the ranking alone
+    evidence: str = "pattern"  # "pattern": a regex matched; "fact": a decider read it from the message;
+    #                            "example": a corpus text reads alike; "words": the ranking alone
+    fact: str = ""  # the deciding fact read from the text, printed with the cause and fix
+    nearest: str = ""  # the url of the closest real-error example of this cause
+    nearest_score: float = 0.0
 
     def to_dict(self) -> dict:
         e = self.entry
         return {"id": e.id, "category": e.category, "title": e.title, "score": round(self.score, 2),
                 "confidence": round(self.confidence, 2), "evidence": self.evidence, "matched": self.matched,
+                "fact": self.fact, "nearest": self.nearest,
                 "cause": e.cause, "causes": [asdict(c) for c in e.causes], "confirm": e.confirm,
                 "fix": list(e.fix), "checks": list(e.checks), "source": e.source,
                 "confirmed_by": [f.to_dict() for f in self.confirmed_by]}
@@ -79,19 +87,32 @@ def _regex(entry: Entry, text: str, lower: str | None = None) -> tuple[float, li
     return sum(n / (i + 1) for i, n in enumerate(lengths)), matched
 
 
-def explain(text: str, findings: list[Finding] | None = None, top: int = TOP) -> list[Match]:
-    """The best ``top`` knowledge-base matches for ``text``, each with a confidence; [] when nothing matches."""
+def explain(text: str, findings: list[Finding] | None = None, top: int = TOP,
+            examples: corpus.Examples | None = None) -> list[Match]:
+    """The best ``top`` knowledge-base matches for ``text``, each with a confidence; [] when nothing matches.
+
+    ``examples``: the real-error texts to learn from (default: the whole corpus; evaluation passes
+    the corpus without the source it scores)."""
     problems = [f for f in (findings or []) if f.severity in ("warn", "error") and not f.failed]
-    ranked = knowledge.index().scores(textmatch.terms(text))
+    decisions = deciders.decide(text)
+    text = textmatch.strip_boilerplate(text)
+    query = textmatch.terms(text)
+    ranked = knowledge.index().scores(query)
+    nearest, outside = (corpus.examples() if examples is None else examples).best(query)
     lower = text.lower()
     out = []
     for entry, (bm25, hits) in zip(knowledge.entries(), ranked):
         rx, matched = _regex(entry, text, lower)
+        near, example = nearest.get(entry.id, (0.0, None))
+        decision = decisions.get(entry.id)
         words = sorted({h for h in hits if " " not in h and not h.startswith("#")})
         phrases = [h for h in hits if " " in h]
-        if not rx and (bm25 < MIN_BM25 or len(words) < MIN_WORDS or not phrases):
+        worded = bm25 >= MIN_BM25 and len(words) >= MIN_WORDS and phrases
+        if not (rx or worded or near >= MIN_EXAMPLE or (decision and decision.bonus)):
             continue
-        score = (rx / REGEX_SCALE + math.sqrt(bm25 / BM25_SCALE)) * refine(entry.id, text)
+        score = rx / REGEX_SCALE + math.sqrt(bm25 / BM25_SCALE) + EXAMPLE_WEIGHT * near * (near >= MIN_EXAMPLE)
+        if decision:
+            score = (score + decision.bonus) * decision.factor
         if entry.generic:
             score *= GENERIC
         if entry.requires is not None:
@@ -99,46 +120,38 @@ def explain(text: str, findings: list[Finding] | None = None, top: int = TOP) ->
         confirmed = [f for f in problems if f.check in entry.checks]
         if confirmed:
             score *= CONFIRM_BOOST
-        evidence = "pattern" if rx else "words"
-        out.append(Match(entry, score, matched or ["words: " + ", ".join(words[:8])], confirmed, evidence=evidence))
+        evidence = ("pattern" if rx else "fact" if decision and decision.bonus
+                    else "example" if near >= MIN_EXAMPLE else "words")
+        fact = decision.fact if decision and decision.fact else _fact(matched, example if near >= MIN_EXAMPLE else None)
+        out.append(Match(entry, score, matched or ["words: " + ", ".join(words[:8])], confirmed, evidence=evidence,
+                         fact=fact, nearest=example.url if example else "", nearest_score=near))
     out.sort(key=lambda m: -m.score)
-    _confidences(out)
+    _confidences(out, outside)
     return out[:top]
 
 
-_KEYS = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict:\s*\"([^\"]+)\"")
-_WRAPPERS = ("module.", "_orig_mod.", "model.")
+def _fact(matched: list[str], example: corpus.Example | None) -> str:
+    """What in the text decided the match, in words."""
+    if matched:
+        return f"the message says {matched[0]!r}"
+    if example is not None:
+        return f"it reads like a known case ({example.url}): {example.resolution}"
+    return "only shared words (no pattern of this entry matches)"
 
 
-def refine(entry_id: str, text: str) -> float:
-    """Precise checks a regex cannot express, as a score multiplier (1.0: no opinion).
-
-    'Missing key(s)' next to 'Unexpected key(s)' is a wrapper prefix (DDP's module., compile's
-    _orig_mod.) only when the two first keys differ by that prefix; otherwise the architectures differ."""
-    if entry_id not in ("ckpt_module_prefix", "ckpt_missing_keys"):
-        return 1.0
-    keys = {kind: key for kind, key in _KEYS.findall(text)}
-    if len(keys) < 2:
-        return 1.0
-
-    def bare(k: str) -> str:
-        for w in _WRAPPERS:
-            k = k.removeprefix(w)
-        return k
-
-    missing, unexpected = keys["Missing"], keys["Unexpected"]
-    prefix_only = missing != unexpected and bare(missing) == bare(unexpected)
-    return (2.0 if prefix_only else 0.3) if entry_id == "ckpt_module_prefix" else (0.3 if prefix_only else 2.0)
-
-
-def _confidences(matches: list[Match]) -> None:
-    """Softmax share among the candidates, times how much evidence the best one has at all."""
+def _confidences(matches: list[Match], outside: float = 0.0) -> None:
+    """Softmax share among the candidates, times how much evidence the best one has at all; when an
+    out-of-scope example is closer than any evidence the best match has beyond words, it is not sure."""
     if not matches:
         return
     best = matches[0].score
     weights = [math.exp((m.score - best) / TEMPERATURE) for m in matches]
     total = sum(weights)
     strength = 1 - math.exp(-best / STRENGTH)
+    if matches[0].evidence not in ("pattern", "fact"):  # words or a resemblance alone: shown as candidates
+        strength *= WORDS_ONLY
+        if outside > matches[0].nearest_score:
+            strength *= OUTSIDE_DAMPING
     for m, w in zip(matches, weights):
         m.confidence = w / total * strength
 
@@ -158,8 +171,20 @@ def report(text: str, findings: list[Finding] | None = None, *, facts_used: bool
     return {"schema_version": SCHEMA_VERSION, "kind": "explain", "input_chars": len(text), "facts_used": facts_used,
             "matches": [m.to_dict() for m in matches], "matched": bool(matches),
             "confidence": round(best.confidence, 2) if best else 0.0, "weak": weak,
-            "decide": [{"id": m.entry.id, "fact": m.entry.confirm} for m in matches] if weak else [],
+            "decide": [{"id": m.entry.id, "fact": m.entry.confirm, "why_unsure": _why_unsure(m, matches[0])}
+                       for m in matches] if weak else [],
             "collect": collect}
+
+
+def _why_unsure(m: Match, best: Match) -> str:
+    """Why a candidate of a weak answer is not sure, in words."""
+    if m.evidence == "pattern":
+        return "a pattern matches, but another cause scores as well" if m is best else "ranks below the best match"
+    if m.evidence == "fact":
+        return "only the numbers in the message point here"
+    if m.evidence == "example":
+        return "no pattern matches; the text only reads like a known case"
+    return "no pattern matches; only some words are shared"
 
 
 def render(console, rep: dict) -> None:
@@ -180,6 +205,8 @@ def render(console, rep: dict) -> None:
         console.print(head)
         console.print(Text("   matched: ", style="bold") + Text(" | ".join(m["matched"])))
         console.print(Text("   cause: ", style="bold") + Text(m["cause"]))
+        if m.get("fact"):
+            console.print(Text("   deciding fact: ", style="bold cyan") + Text(m["fact"]))
         for n, c in enumerate(m["causes"], 1):
             console.print(Text(f"     {n}) ", style="bold") + Text(c["cause"]) + Text(f"  (tell: {c['tell']})", style="dim"))
         for f in m["fix"]:
@@ -192,7 +219,8 @@ def render(console, rep: dict) -> None:
     if rep["decide"]:
         console.print(Text("What tells them apart:", style="bold"))
         for d in rep["decide"]:
-            console.print(Text(f"  - {d['id']}: ", style="bold") + Text(d["fact"]))
+            console.print(Text(f"  - {d['id']}: ", style="bold") + Text(d["fact"]) +
+                          Text(f"  (not sure: {d['why_unsure']})", style="dim"))
     if rep["collect"]:
         console.print(Text(f"Collect next ({rep['matches'][0]['category']}):", style="bold"))
         for c in rep["collect"]:

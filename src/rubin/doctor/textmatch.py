@@ -94,36 +94,124 @@ def terms(text: str) -> list[str]:
     return out
 
 
+# Text a library appends to every message of a kind: it names no cause, so it must never decide a match.
+# Removed before matching; the OOM hint becomes the plain OOM words it implies (it is printed on OOM only).
+# Each: (lowercase substrings one of which must be present, pattern, replacement).
+_BOILERPLATE = [
+    (("expandable_segments",),
+     re.compile(r"If reserved but unallocated memory is large try setting\s+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
+                r"True to avoid\s+fragmentation\.?(\s*See documentation for Memory Management\s*(\(\S+\))?)?", re.I),
+     " CUDA out of memory. "),
+    (("max_split_size_mb",),
+     re.compile(r"(?:(?:If reserved memory is >> )?a?llocated memory )?try setting\s+max_split_size_mb to avoid"
+                r"\s+fragmentation\.?(\s*See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CON\w*)?", re.I),
+     " CUDA out of memory. "),
+    (("asynchronously reported", "cuda_launch_blocking", "torch_use_cuda_dsa"),
+     re.compile(r"CUDA kernel errors might be asynchronously reported at some other API call(,?\s+so the\s+stacktrace"
+                r" below might be incorrect)?\.?|For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?|Compile with"
+                r" .?TORCH_USE_CUDA_DSA.? to enable device-side assertions\.?", re.I), " "),
+    # NCCL's text for an error code is the same whatever the cause; the code's name (ncclSystemError) stays
+    (("system call (", "invalid usage of nccl", "unexpected exit of a remote peer"),
+     re.compile(r"System call \((e\.g\. socket, malloc|socket, malloc, munmap, etc)\) (or external library call )?"
+                r"failed( or device error)?\.?|This usually reflects invalid usage of NCCL library\.?|It can be also"
+                r" caused by unexpected exit of a remote peer(, you can check NCCL warnings for failure reason and see if"
+                r" there is connection closure by a peer)?\.?", re.I), " "),
+    (("nccl_debug=", "last error", "asynchronous nature", "data inconsistency"),
+     re.compile(r"\(run with NCCL_DEBUG=(INFO|WARN) for details\)|\bLast error:|Due to the asynchronous nature of CUDA"
+                r" kernels,\s+subsequent GPU operations might run on corrupted/incomplete data\.?|To avoid data"
+                r" inconsistency, we are taking the entire process down\.?", re.I), " "),
+    (("error_file", "childfailederror", "no_other_failures", "to enable traceback"),  # torchrun's ChildFailedError frame
+     re.compile(r"traceback\s*:\s*To enable traceback see: \S+|error_file\s*:\s*\S+|<NO_OTHER_FAILURES>|^\s*[=-]{8,}\s*$"
+                r"|^\s*(time|host|rank)\s+:.*$|^\s*Failures:\s*$|^\s*\[\d+\]:\s*$"
+                r"|torch\.distributed\.elastic\.multiprocessing\.errors\.(?=ChildFailedError)", re.I | re.M), " "),
+]
+
+
+def strip_boilerplate(text: str) -> str:
+    """The text without the sentences a library appends to every error of a kind (see _BOILERPLATE)."""
+    lower = text.lower()
+    for needs, pattern, repl in _BOILERPLATE:
+        if any(n in lower for n in needs):  # a substring test first: most texts carry none of it
+            text = pattern.sub(repl, text)
+    return text
+
+
 class BM25:
     """Okapi BM25 over pre-tokenised documents. Queries count each distinct term once, so a log that
-    repeats a line 500 times does not outweigh the one line that names the error."""
+    repeats a line 500 times does not outweigh the one line that names the error.
+
+    ``without(docs)`` is the same index with some documents left out (their terms no longer count in
+    the document frequencies either): evaluation leaves a source out without re-indexing the rest."""
 
     def __init__(self, docs: list[list[str]], k1: float = 1.2, b: float = 0.75):
         self.k1, self.b = k1, b
         self.tf = [Counter(d) for d in docs]
         self.len = [len(d) for d in docs]
-        self.avg = sum(self.len) / max(len(docs), 1)
-        df: Counter = Counter()
-        for tf in self.tf:
-            df.update(tf.keys())
-        n = len(docs)
-        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+        self.df: Counter = Counter()
+        self.postings: dict[str, list[int]] = {}  # an inverted index: a query visits only the documents holding its terms
+        for i, tf in enumerate(self.tf):
+            self.df.update(tf.keys())
+            for t in tf:
+                self.postings.setdefault(t, []).append(i)
+        self._set_up(frozenset(), self.df)
+
+    def _set_up(self, out: frozenset[int], df: Counter) -> None:
+        self.out, self._df = out, df
+        self.n = len(self.tf) - len(out)
+        kept = [size for i, size in enumerate(self.len) if i not in out]
+        avg = sum(kept) / max(len(kept), 1)
+        self.norm = [self.k1 * (1 - self.b + self.b * size / avg) if avg else self.k1 for size in self.len]
+        self._idf: dict[str, float] = {}
+
+    def without(self, docs) -> BM25:
+        out = frozenset(docs)
+        df = Counter()
+        for i in out:
+            df.update(self.tf[i].keys())
+        view = object.__new__(BM25)
+        view.__dict__.update(self.__dict__)
+        view._set_up(out, self.df - df)
+        return view
+
+    def idf(self, term: str) -> float:
+        """0 for a term no kept document holds."""
+        got = self._idf.get(term)
+        if got is None:
+            f = self._df.get(term, 0)
+            got = self._idf[term] = math.log(1 + (self.n - f + 0.5) / (f + 0.5)) if f else 0.0
+        return got
 
     def scores(self, query: list[str]) -> list[tuple[float, list[str]]]:
         """(score, matched terms) for every document, in document order."""
-        q = [t for t in set(query) if t in self.idf]
-        out = []
-        for tf, n in zip(self.tf, self.len):
-            norm = self.k1 * (1 - self.b + self.b * n / self.avg)
-            score, hit = 0.0, []
-            for t in q:
-                f = tf.get(t)
-                if f:
-                    weight = CHARGRAM_WEIGHT if t[0] == "#" else 1.0
-                    score += weight * self.idf[t] * f * (self.k1 + 1) / (f + norm)
-                    hit.append(t)
-            out.append((score, hit))
+        out: list[tuple[float, list[str]]] = [(0.0, []) for _ in self.tf]
+        for i, score, hit in self._walk(query):
+            out[i] = (score, hit)
         return out
+
+    def weight(self, terms) -> float:
+        """The summed idf of distinct terms (what a perfect match scores, about)."""
+        return sum((CHARGRAM_WEIGHT if t[0] == "#" else 1.0) * self.idf(t) for t in set(terms))
+
+    def top(self, query: list[str]) -> list[tuple[int, float]]:
+        """(document index, score) of every document that shares a two-word phrase with the query."""
+        return [(i, score) for i, score, hit in self._walk(query) if any(" " in t for t in hit)]
+
+    def _walk(self, query: list[str]):
+        acc: dict[int, float] = {}
+        hits: dict[int, list[str]] = {}
+        out, k1 = self.out, self.k1
+        for t in set(query):
+            docs = self.postings.get(t)
+            if not docs:
+                continue
+            idf = (CHARGRAM_WEIGHT if t[0] == "#" else 1.0) * self.idf(t)
+            for i in docs:
+                if i in out:
+                    continue
+                f = self.tf[i][t]
+                acc[i] = acc.get(i, 0.0) + idf * f * (k1 + 1) / (f + self.norm[i])
+                hits.setdefault(i, []).append(t)
+        return [(i, acc[i], hits[i]) for i in sorted(acc)]
 
 
 def required_literals(pattern: str) -> list[str] | None:
@@ -194,6 +282,8 @@ def _longest_literal(branch: str) -> str:
         elif c in ".^$*+?{}|":
             if c in "?*{" and cur:  # the quantifier makes the last character optional
                 cur = cur[:-1]
+            if c == "{" and "}" in branch[i:]:  # a counted quantifier {m,n}: its digits are not literal text
+                i = branch.index("}", i) + 1
             runs.append(cur)
             cur = ""
         elif depth == 0:
