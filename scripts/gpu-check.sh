@@ -7,7 +7,7 @@
 #
 # Each step has its own time budget (the budgets sum to 415 s; the run's whole budget is BUDGET_S, 415 by
 # default). A step's stdout goes to $OUT/NAME, its stderr to $OUT/NAME.stderr, and a line to steps.tsv
-# (name, status, seconds, budget). A step whose file is missing is "skipped" with the reason, not failed.
+# (name, status, seconds, budget, note). A step whose file is missing is "skipped" with the reason, not failed.
 # Figures are JSON lines ({"figure": ..., "value": ..., "target": ...}) on a step's stdout, or derived
 # from its JSON by scripts/gpu_check.py, which writes $OUT/summary.json and $OUT/figures.txt.
 set -uo pipefail
@@ -19,16 +19,21 @@ PY=${PY:-.venv/bin/python}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 # torch.cuda.is_available() through NVML: no CUDA context in processes that only ask.
 export PYTORCH_NVML_BASED_CUDA_CHECK=1
-BUDGET_S=${BUDGET_S:-415}
-START=$(date +%s)
 CPU=${GPU_CHECK_CPU:-0}
+WHEELS=${WHEELS:-.whl}
+START=$(date +%s)
 
 if [ "$CPU" = 1 ]; then
+  # CPU-sized: the reserved GPU steps are absent here, so the run is rubin's own steps at twice their budget
+  # (a shared 2-core box starts Python and torch slowly), under 300 s in all.
+  BUDGET_S=${BUDGET_S:-290}; SCALE=2
   DEV=cpu; PREC=fp32; GPT_ARGS='{n_layer: 2, n_head: 2, n_embd: 64}'; SEQ=64; VOCAB=512; BATCH=8; STEPS=10; LOG=5
-  SMALL=--small; MATMUL=(--quick); CLOCKS=(--small)
+  SMALL=--small; MATMUL=(--quick); CLOCKS=(--small); PLAN=(--case gpt-small-bf16 --case vit-bf16)
 else
+  BUDGET_S=${BUDGET_S:-415}; SCALE=1
   DEV=cuda; PREC=bf16; GPT_ARGS='{n_layer: 12, n_head: 12, n_embd: 768}'; SEQ=1024; VOCAB=50304; BATCH=32; STEPS=40; LOG=10
-  SMALL=; MATMUL=(--set 'matmul.dtypes=[bf16, fp8]' --set matmul.trials=20 --set matmul.warmup=5); CLOCKS=(--seconds 8)
+  SMALL=; MATMUL=(--set 'matmul.dtypes=[bf16]' --set matmul.trials=20 --set matmul.warmup=5 --set matmul.cooldown_s=1)
+  CLOCKS=(--seconds 3); PLAN=()
 fi
 
 : > "$OUT/steps.tsv"
@@ -36,10 +41,10 @@ record() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "${5:-}" >> "$OUT/s
 
 # step NAME BUDGET_S CMD...: CMD under min(BUDGET_S, what is left of BUDGET_S for the run).
 step() {
-  local name=$1 limit=$2; shift 2
+  local name=$1 budget=$2 limit=$(( $2 * SCALE )); shift 2
   local left=$(( BUDGET_S - ($(date +%s) - START) ))
   if [ "$left" -lt 2 ]; then
-    record "$name" skipped 0 "$limit" "the run's budget of $BUDGET_S s was spent"; echo "skip  $name (budget spent)"; return
+    record "$name" skipped 0 "$budget" "the run's budget of $BUDGET_S s was spent"; echo "skip  $name (budget spent)"; return
   fi
   [ "$limit" -gt "$left" ] && limit=$left
   local t0; t0=$(date +%s)
@@ -48,7 +53,7 @@ step() {
   local status=ok
   [ "$rc" -ne 0 ] && status=failed
   [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && status=timeout
-  record "$name" "$status" "$secs" "$limit" "exit $rc"
+  record "$name" "$status" "$secs" "$budget" "exit $rc, limit $limit s"
   echo "$status $name ($secs s of $limit s)"
 }
 
@@ -62,7 +67,7 @@ needs() {
 }
 
 install_wheels() {
-  "$PY" -m pip install --quiet --no-index --no-deps --find-links .whl .whl/*.whl
+  "$PY" -m pip install --quiet --no-index --no-deps --find-links "$WHEELS" "$WHEELS"/*.whl
 }
 
 profile_step() {  # GPT-124M training with the profiler on, then its report; tokens/s is the training figure
@@ -75,19 +80,20 @@ profile_step() {  # GPT-124M training with the profiler on, then its report; tok
 }
 
 # Budgets (s): rubin's own steps 145, the reserved steps 270; 415 in all.
-needs .whl              wheels               5 install_wheels
+needs "$WHEELS"         wheels               5 install_wheels
 needs "$(command -v nvidia-smi || echo nvidia-smi)" nvidia-smi.txt 2 nvidia-smi
-step nvml-record.json    3 "$PY" -m rubin.platform.nvml_record
+needs "$(command -v nvidia-smi || echo nvidia-smi)" nvml-record.json 3 "$PY" -m rubin.platform.nvml_record
 step env.json            5 "$PY" -m rubin env --json
 # deep first: a cold start (its probe fills the build-facts cache), held against 20 s; then doctor warm, against 3 s.
 step doctor-deep.json   20 "$PY" -m rubin doctor --deep --json
 step doctor.json         6 "$PY" -m rubin doctor --json
 step pytest-gpu.txt     50 "$PY" -m pytest -m gpu -q -p no:cacheprovider --continue-on-collection-errors \
                            --deselect tests/plan/test_plan_gpu_memory.py tests
-step bench-matmul.txt   18 "$PY" -m rubin bench matmul --device $DEV "${MATMUL[@]}" --out "$OUT/bench-matmul.json"
-step matmul-clocks.txt  12 "$PY" benchmarks/matmul_clocks.py "${CLOCKS[@]}"
+step bench-matmul.txt   20 "$PY" -m rubin bench matmul --device $DEV "${MATMUL[@]}" --out "$OUT/bench-matmul.json"
+step matmul-clocks.txt  10 "$PY" benchmarks/matmul_clocks.py "${CLOCKS[@]}"
 step bench-vs-plain.txt 12 "$PY" benchmarks/bench_vs_plain.py $SMALL --rounds 3
-step plan-memory.txt    12 "$PY" benchmarks/plan_memory_check.py --json-lines
+# The planner's GPU cases, once: the same cases as tests/plan/test_plan_gpu_memory.py, printed as figures.
+step plan-memory.txt    12 "$PY" benchmarks/plan_memory_check.py --json-lines "${PLAN[@]}"
 needs benchmarks/gpu_peers.py          gpu-peers.txt          100 "$PY" benchmarks/gpu_peers.py $SMALL
 needs benchmarks/fused_loss_memory.py  fused-loss-memory.txt   40 "$PY" benchmarks/fused_loss_memory.py $SMALL
 needs benchmarks/fp8_llama.py          fp8-llama.txt           70 "$PY" benchmarks/fp8_llama.py $SMALL
