@@ -1,7 +1,7 @@
 """rubin's matmul, device-copy and host-to-device figures against plain loops written independently, side by side.
 
     python benchmarks/bench_vs_plain.py            # GPU: bf16 8192^3 matmul, 1 GiB device copy, 256 MiB pinned H2D
-    python benchmarks/bench_vs_plain.py --small    # CPU-sized (fp32 512^3 in GFLOP/s, 16 MiB copies, host-to-host)
+    python benchmarks/bench_vs_plain.py --small    # CPU-sized (fp32 256^3 in GFLOP/s, 4 MiB copies, host-to-host)
 
 The plain side is what people run by hand: 3 warm-ups, then the mean of N back-to-back operations
 timed with the host clock around one synchronize. The rubin side is ``rubin bench``'s own code
@@ -76,8 +76,8 @@ def main(argv=None) -> int:
     gpu = ctx.gpu_count > 0 and not args.small
     device = ctx.device
     ctx.devices = [device]
-    n, dtype_name, dtype = (8192, "bf16", torch.bfloat16) if gpu else (512, "fp32", torch.float32)
-    copy_bytes, h2d_bytes = (2**30, 256 * 2**20) if gpu else (16 * 2**20, 16 * 2**20)
+    n, dtype_name, dtype = (8192, "bf16", torch.bfloat16) if gpu else (256, "fp32", torch.float32)
+    copy_bytes, h2d_bytes = (2**30, 256 * 2**20) if gpu else (4 * 2**20, 4 * 2**20)
     iters = 10 if gpu else 4
     flush = torch.empty(2 * (dev.l2_cache_bytes(device) or 16 * 2**20), dtype=torch.uint8, device=device)
     src = torch.ones(copy_bytes, dtype=torch.uint8, device=device)

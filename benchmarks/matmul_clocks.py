@@ -1,7 +1,7 @@
 """Why does bf16 8192^3 read 672 TFLOP/s in a long sweep but 770+ in a short plain loop? Clocks, not method.
 
     python benchmarks/matmul_clocks.py              # GPU: bf16 8192^3, 8 s back-to-back
-    python benchmarks/matmul_clocks.py --small      # CPU-sized (fp32 512^3, no NVML): a test of the script
+    python benchmarks/matmul_clocks.py --small      # CPU-sized (fp32 256^3, no NVML): a test of the script
 
 The hypothesis from the recorded H200 sweep: the matmuls at 8192^3 and above draw the 700 W power limit
 once the GPU has run for a while, so the SM clock falls under 1980 MHz and the figure with it. Four
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
 
     gpu = dev.cuda_available() and not args.small
     device = torch.device("cuda", 0) if gpu else torch.device("cpu")
-    dtype_name, n = ("bf16", 8192) if gpu else ("fp32", 512)
+    dtype_name, n = ("bf16", 8192) if gpu else ("fp32", 256)
     seconds = args.seconds if gpu else min(args.seconds, 0.5)
     tdtype = torch.bfloat16 if gpu else torch.float32
     flops = 2.0 * n**3

@@ -28,12 +28,13 @@ if [ "$CPU" = 1 ]; then
   # (a shared 2-core box starts Python and torch slowly), under 300 s in all.
   BUDGET_S=${BUDGET_S:-290}; SCALE=2
   DEV=cpu; PREC=fp32; GPT_ARGS='{n_layer: 2, n_head: 2, n_embd: 64}'; SEQ=64; VOCAB=512; BATCH=8; STEPS=10; LOG=5
-  SMALL=--small; MATMUL=(--quick); CLOCKS=(--small); PLAN=(--case gpt-small-bf16 --case vit-bf16)
+  SMALL=--small; ROUNDS=1; CLOCKS=(--small); PLAN=(--case gpt-small-bf16)
+  MATMUL=(--quick --set 'matmul.shapes=[[128, 128, 128], [256, 256, 256]]' --set matmul.trials=5)
 else
   BUDGET_S=${BUDGET_S:-415}; SCALE=1
   DEV=cuda; PREC=bf16; GPT_ARGS='{n_layer: 12, n_head: 12, n_embd: 768}'; SEQ=1024; VOCAB=50304; BATCH=32; STEPS=40; LOG=10
   SMALL=; MATMUL=(--set 'matmul.dtypes=[bf16]' --set matmul.trials=20 --set matmul.warmup=5 --set matmul.cooldown_s=1)
-  CLOCKS=(--seconds 3); PLAN=()
+  CLOCKS=(--seconds 3); PLAN=(); ROUNDS=3
 fi
 
 : > "$OUT/steps.tsv"
@@ -81,17 +82,18 @@ profile_step() {  # GPT-124M training with the profiler on, then its report; tok
 
 # Budgets (s): rubin's own steps 145, the reserved steps 270; 415 in all.
 needs "$WHEELS"         wheels               5 install_wheels
-needs "$(command -v nvidia-smi || echo nvidia-smi)" nvidia-smi.txt 2 nvidia-smi
-needs "$(command -v nvidia-smi || echo nvidia-smi)" nvml-record.json 3 "$PY" -m rubin.platform.nvml_record
+SMI=$(command -v nvidia-smi || echo nvidia-smi)  # no driver tools: the two GPU-fact steps are skipped
+needs "$SMI"            nvidia-smi.txt       2 nvidia-smi
+needs "$SMI"            nvml-record.json     3 "$PY" -m rubin.platform.nvml_record
 step env.json            5 "$PY" -m rubin env --json
 # deep first: a cold start (its probe fills the build-facts cache), held against 20 s; then doctor warm, against 3 s.
 step doctor-deep.json   20 "$PY" -m rubin doctor --deep --json
 step doctor.json         6 "$PY" -m rubin doctor --json
 step pytest-gpu.txt     50 "$PY" -m pytest -m gpu -q -p no:cacheprovider --continue-on-collection-errors \
                            --deselect tests/plan/test_plan_gpu_memory.py tests
-step bench-matmul.txt   20 "$PY" -m rubin bench matmul --device $DEV "${MATMUL[@]}" --out "$OUT/bench-matmul.json"
+step bench-matmul.txt   20 "$PY" -m rubin bench matmul --device $DEV "${MATMUL[@]}" --no-plot --out "$OUT/bench-matmul.json"
 step matmul-clocks.txt  10 "$PY" benchmarks/matmul_clocks.py "${CLOCKS[@]}"
-step bench-vs-plain.txt 12 "$PY" benchmarks/bench_vs_plain.py $SMALL --rounds 3
+step bench-vs-plain.txt 12 "$PY" benchmarks/bench_vs_plain.py $SMALL --rounds $ROUNDS
 # The planner's GPU cases, once: the same cases as tests/plan/test_plan_gpu_memory.py, printed as figures.
 step plan-memory.txt    12 "$PY" benchmarks/plan_memory_check.py --json-lines "${PLAN[@]}"
 needs benchmarks/gpu_peers.py          gpu-peers.txt          100 "$PY" benchmarks/gpu_peers.py $SMALL

@@ -35,7 +35,7 @@ def defaults(quick: bool, ctx) -> dict:
                  [[512, 512, 512], [1024, 1024, 1024], [2048, 2048, 2048]]
         return {"dtypes": ["fp32", "bf16"] if not quick else ["fp32"], "shapes": shapes,
                 "warmup": 3, "trials": 10, "flush_bytes": 16 * 2**20, "cooldown_s": 0.0,
-                "headline": {"dtype": "fp32", "shape": shapes[-1], "sustained_s": 0.5}}
+                "headline": {"dtype": "fp32", "shape": None, "sustained_s": 0.5}}  # None: the largest shape run
     headline = {"dtype": "bf16", "shape": [8192, 8192, 8192], "sustained_s": 5.0}
     if quick:
         return {"dtypes": ["bf16", "fp32"], "shapes": [[4096, 4096, 4096], [8192, 8192, 8192]],
@@ -141,7 +141,7 @@ def measure_sustained(torch, dtype, m, n, k, device, *, seconds: float, chunk: i
 def headline(torch, params: dict, device, flush, watch_factory=None) -> dict:
     """Burst (cool GPU, ``trials`` single matmuls) and sustained figures for the headline shape."""
     h = params["headline"]
-    m, n, k = h["shape"]
+    m, n, k = h.get("shape") or max(params["shapes"], key=lambda s: s[0] * s[1] * s[2])
     make = watch_factory or (lambda: None)
     cooled = wait_until_cool(device.index or 0, max_s=params.get("cooldown_s", 0.0)) if device.type == "cuda" else 0.0
     burst = measure_shape(torch, h["dtype"], m, n, k, device, warmup=params["warmup"], trials=params["trials"],
@@ -198,7 +198,7 @@ def run(params: dict, ctx, watch_factory=None) -> dict:
                 "capped_shapes": [[r["m"], r["n"], r["k"]] for r in mine if (r.get("nvml") or {}).get("capped")]}
             h = params.get("headline")
             if h and h["dtype"] == dtype:
-                ctx.progress(f"matmul {dtype} {'x'.join(map(str, h['shape']))} burst and sustained on {device}")
+                ctx.progress(f"matmul {dtype} headline shape: burst and sustained on {device}")
                 previous = dev.set_tf32(dtype == "tf32")
                 try:
                     summary[str(device)][dtype]["headline"] = headline(torch, params, device, flush, watch_factory)
