@@ -89,8 +89,10 @@ step env.json            5 "$PY" -m rubin env --json
 # deep first: a cold start (its probe fills the build-facts cache), held against 20 s; then doctor warm, against 3 s.
 step doctor-deep.json   20 "$PY" -m rubin doctor --deep --json
 step doctor.json         6 "$PY" -m rubin doctor --json
-step pytest-gpu.txt     50 "$PY" -m pytest -m gpu -q -p no:cacheprovider --continue-on-collection-errors \
-                           --deselect tests/plan/test_plan_gpu_memory.py tests
+# Only the files that hold gpu tests are collected (collecting the whole suite costs more than running these).
+# plan-memory below runs test_plan_gpu_memory.py's cases once, as figures.
+GPU_TESTS=$(grep -rlE "mark\.gpu|pytestmark = .*gpu" tests --include='test_*.py' | grep -v test_plan_gpu_memory.py | sort)
+step pytest-gpu.txt     50 "$PY" -m pytest -m gpu -q -p no:cacheprovider --continue-on-collection-errors $GPU_TESTS
 step bench-matmul.txt   20 "$PY" -m rubin bench matmul --device $DEV "${MATMUL[@]}" --no-plot --out "$OUT/bench-matmul.json"
 step matmul-clocks.txt  10 "$PY" benchmarks/matmul_clocks.py "${CLOCKS[@]}"
 step bench-vs-plain.txt 12 "$PY" benchmarks/bench_vs_plain.py $SMALL --rounds $ROUNDS
