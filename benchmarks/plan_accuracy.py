@@ -12,6 +12,7 @@ Target: saved within 3%, peak within 5%. Exit 1 when a row misses it.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -22,6 +23,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--case", action="append", help="run only these cases (repeatable)")
+    p.add_argument("--json-lines", action="store_true", help="also print each row's peak error as a JSON figure line")
     args = p.parse_args(argv)
     import torch
 
@@ -45,6 +47,10 @@ def main(argv=None) -> int:
               f"{r['peak_error']:+7.1%}  {r['peak_phase']:16s} {r['kernel']}"
               f"{'' if saved_ok and peak_ok else '  <-- outside the target'}  ({time.perf_counter() - t0:.0f} s)",
               flush=True)
+        if args.json_lines:
+            print(json.dumps({"figure": f"plan memory {r['case']} peak error ({args.device})", "value": round(r["peak_error"], 4),
+                              "unit": "", "target": "within 5%", "ok": peak_ok, "kernel": r["kernel"],
+                              "saved_error": round(r["saved_error"], 4)}), flush=True)
     print("MLP/ResNet saved bytes come from the planner's own measurement of the workload (no formula): "
           "only their peak is a check." if any(cases[n].model in ("mlp", "resnet") for n in names) else "")
     return 1 if bad else 0

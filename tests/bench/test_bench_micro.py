@@ -88,3 +88,51 @@ def test_dataloader_unknown_dataset_lists_the_choices(ctx):
 
     with pytest.raises(UsageError, match=r"io.dataloader.dataset='imagenet'.*synthetic_images"):
         storage.dataloader({"dataset": "imagenet", "batch_size": 1, "num_workers": 0, "batches": 1, "trials": 1}, ctx)
+
+
+def test_matmul_rows_carry_the_clocks_and_the_headline_has_burst_and_sustained(ctx):
+    import copy
+    import json
+    from pathlib import Path
+
+    from rubin.platform import nvml, nvml_fake
+    from rubin.platform.nvml_watch import ClockWatch
+
+    rec = json.loads((Path(__file__).resolve().parents[1] / "fixtures/doctor/nvml/h200_recorded.json").read_text())
+    data = copy.deepcopy(rec)
+    # The recorded H200 under a power cap: 1755 MHz of 1980, sw_power_cap set.
+    data["devices"][0].update({"nvmlDeviceGetClockInfo:1": 1755, "nvmlDeviceGetCurrentClocksEventReasons": 0x4,
+                               "nvmlDeviceGetPowerUsage": 699_000})
+    params = {"dtypes": ["fp32"], "shapes": [[64, 64, 64], [96, 96, 96]], "warmup": 1, "trials": 4, "flush_bytes": 2**20,
+              "headline": {"dtype": "fp32", "shape": [96, 96, 96], "sustained_s": 0.05}}
+    try:
+        nvml.set_for_tests(nvml_fake.fake_nvml(data))
+        out = matmul.run(params, ctx, watch_factory=lambda: ClockWatch(0, interval_s=0.001))
+    finally:
+        nvml.reset()
+    for r in out["rows"]:
+        assert r["nvml"]["samples"] >= 1
+        assert r["nvml"]["sm_clock_mhz"]["median"] == 1755 and r["nvml"]["capped"] is True
+    s = out["summary"]["cpu"]["fp32"]
+    assert s["capped_shapes"] == [[64, 64, 64], [96, 96, 96]]
+    h = s["headline"]
+    assert h["shape"] == [96, 96, 96] and h["burst"]["tflops"] > 0 and h["sustained"]["tflops"] > 0
+    assert h["sustained_over_burst"] == pytest.approx(h["sustained"]["tflops"] / h["burst"]["tflops"])
+    assert h["sustained"]["nvml"]["power_w"]["median"] == 699.0
+    # The table shows the clock beside each figure and flags it.
+    from rich.console import Console
+
+    from rubin.bench import render
+
+    doc = {"benchmarks": {"matmul": out}, "device": {"name": "cpu", "count": 1, "type": "cpu"}, "spec": None,
+           "spec_match": {"reason": "no GPU"}, "preset": "quick", "wall_s": 1.0}
+    con = Console(width=200, record=True)
+    for t in render.tables(doc):
+        con.print(t)
+    text = con.export_text()
+    assert "CAPPED (sw_power_cap" in text and "1755" in text and "sustained" in text
+
+
+def test_matmul_on_cpu_has_no_clocks(ctx):
+    out = matmul.run({"dtypes": ["fp32"], "shapes": [[32, 32, 32]], "warmup": 1, "trials": 3, "flush_bytes": 2**20}, ctx)
+    assert out["rows"][0]["nvml"] is None and out["summary"]["cpu"]["fp32"]["capped_shapes"] == []

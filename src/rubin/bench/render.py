@@ -25,6 +25,36 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+def _clocks(nv: dict | None) -> tuple[str, str, str]:
+    """SM clock (median), power (median) and a flag: "capped (sw_power_cap)" when NVML saw the clock held down."""
+    if not nv or not nv.get("samples"):
+        return "-", "-", "-"
+    clock, power = nv.get("sm_clock_mhz") or {}, nv.get("power_w") or {}
+    flag = f"CAPPED ({', '.join(nv['capped_by'])})" if nv.get("capped") else "full"
+    def whole(x):
+        return "-" if x is None else f"{x:.0f}"
+
+    return whole(clock.get("median")), whole(power.get("median")), flag
+
+
+def _headlines(summary: dict) -> list:
+    from rich.table import Table
+
+    t = Table(title="headline shape: burst (cool GPU) vs sustained (back-to-back); compare like with like")
+    for c in ("device", "dtype", "shape", "burst TFLOPS", "SM MHz", "W", "sustained TFLOPS", "SM MHz ", "W ", "ratio"):
+        t.add_column(c)
+    for device, per_dtype in summary.items():
+        for dtype, s in per_dtype.items():
+            h = s.get("headline")
+            if not h:
+                continue
+            b, su = h["burst"], h["sustained"]
+            bc, sc = _clocks(b.get("nvml")), _clocks(su.get("nvml"))
+            t.add_row(device, dtype, "x".join(map(str, h["shape"])), _f(b["tflops"]), bc[0], bc[1],
+                      _f(su["tflops"]), sc[0], sc[1], f"{h['sustained_over_burst']:.3f}")
+    return [t] if t.row_count else []
+
+
 def tables(doc: dict) -> list:
     from rich.table import Table
 
@@ -39,12 +69,13 @@ def tables(doc: dict) -> list:
     out.append(head)
     if "matmul" in b and b["matmul"].get("rows"):
         t = Table(title="matmul (TFLOPS: median [95% CI])")
-        for c in ("device", "dtype", "m x n x k", "TFLOPS", "% spec"):
-            t.add_column(c, justify="right" if c in ("TFLOPS", "% spec") else "left")
+        for c in ("device", "dtype", "m x n x k", "TFLOPS", "% spec", "SM MHz", "W", "clock"):
+            t.add_column(c, justify="left" if c in ("device", "dtype", "m x n x k", "clock") else "right")
         for r in b["matmul"]["rows"]:
-            t.add_row(r["device"], r["dtype"], f"{r['m']}x{r['n']}x{r['k']}", _ci(r["tflops"], 1.0 if r["tflops"]["median"] > 1 else 1.0),
-                      _f(r.get("pct_of_spec"), 1))
+            t.add_row(r["device"], r["dtype"], f"{r['m']}x{r['n']}x{r['k']}", _ci(r["tflops"]),
+                      _f(r.get("pct_of_spec"), 1), *_clocks(r.get("nvml")))
         out.append(t)
+        out.extend(_headlines(b["matmul"].get("summary", {})))
     for name, title in (("membw", "device memory copy"), ("h2d", "host <-> device")):
         if name in b and b[name].get("rows"):
             t = Table(title=f"{title} (GB/s: median [95% CI])")

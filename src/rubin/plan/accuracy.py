@@ -76,6 +76,7 @@ def run(c: Case, device=None) -> dict:
     from rubin.plan import GIB
     from rubin.plan.measure import measure_step
     from rubin.plan.memory import MemoryRequest, evaluate
+    from rubin.platform import device as dev
 
     device = device or torch.device("cpu")
     model, x, y, task = _build(c, device)
@@ -87,9 +88,11 @@ def run(c: Case, device=None) -> dict:
         wrap = lambda m: DDP(m, device_ids=ids)  # noqa: E731
     m = measure_step(model, x, y, task=task, precision="bf16" if c.precision == "amp-bf16" else "fp32",
                      checkpointing=c.checkpointing, blocks=workloads.model_blocks(model), device=device, wrap=wrap)
+    cc = dev.capability(device) if device.type == "cuda" else None
     req = MemoryRequest(model=_shape(c), micro_batch=c.micro_batch, gpus_per_node=1, nodes=1, precision=c.precision,
                         checkpointing="full" if c.checkpointing else "none", overhead_gib=0.0,
-                        gpu_memory_bytes=1024 * GIB)
+                        gpu_memory_bytes=1024 * GIB, library_workspace_bytes=None if cc else 0.0,
+                        compute_capability=f"{cc[0]}.{cc[1]}" if cc else None)
     row = evaluate(req, "ddp" if c.ddp else "single")
     planned_saved = row["activations"]["saved_bytes"]
     return {"case": _label(c), "device": device.type, "kernel": m.kernel,

@@ -3,6 +3,10 @@
 ``import torch`` costs over a second, so the probe reads torch's ``version.py`` and wheel metadata
 instead. The arch list, ``cuda.is_available()`` and the library versions come from a subprocess
 with a timeout: asking torch.cuda may initialize CUDA, which the calling process must never do.
+The subprocess asks with ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (availability from NVML, no CUDA
+context; CUDA is initialized only to get torch's reason when it says no), and a healthy answer is
+cached (``probe_cache``) under the Python, the torch install, the driver and the visible GPUs: on the
+recorded H200 this subprocess was 5.5 s of the doctor's 5.9 s.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import platform
 import re
 import sys
 
+from rubin.platform import probe_cache
 from rubin.platform.facts import SoftwareFacts, known, unknown
 from rubin.platform.sources import Sources, guarded
 
@@ -136,11 +141,46 @@ def find_nvcc(src: Sources) -> str | None:
 
 
 def run_torch_subprocess(src: Sources) -> dict:
-    res = src.commands.run([sys.executable, "-c", _TORCH_SUBPROCESS], timeout=src.torch_timeout_s)
+    env = {**src.env, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    res = src.commands.run([sys.executable, "-c", _TORCH_SUBPROCESS], timeout=src.torch_timeout_s, env=env)
     for line in res.stdout.splitlines():
         if line.startswith("RUBIN-TORCH-PROBE "):
             return json.loads(line.split(" ", 1)[1])
     raise RuntimeError(res.reason())
+
+
+def _cache_key(src: Sources) -> str:
+    """What the torch answer depends on: the torch install, the driver, and which GPUs are visible."""
+    d = _torch_dir()
+    try:
+        stamp = os.stat(os.path.join(d, "version.py")).st_mtime_ns if d else None
+    except OSError:
+        stamp = None
+    try:
+        driver = src.read("/proc/driver/nvidia/version")
+    except OSError:
+        driver = None
+    nv = src.nvml()
+    try:
+        gpus = nv.device_count() if nv is not None else None
+    except Exception:  # noqa: BLE001 - any NVML failure just makes a different key
+        gpus = None
+    visible = {k: src.env.get(k) for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")}
+    return probe_cache.key(d, stamp, driver, gpus, visible)
+
+
+def torch_answer(src: Sources) -> tuple[dict, bool]:
+    """The torch subprocess's answer and whether it came from the cache."""
+    folder = src.facts_cache_dir()
+    k = _cache_key(src) if folder is not None else ""
+    cached = probe_cache.load(folder, "torch-probe", k)
+    if cached is not None:
+        return cached, True
+    value = run_torch_subprocess(src)
+    healthy = "fatal" not in value and "error" not in value and value.get("available") is True
+    if healthy:
+        probe_cache.store(folder, "torch-probe", k, value)
+    return value, False
 
 
 def probe(src: Sources, *, ask_torch: bool = True) -> SoftwareFacts:
@@ -162,19 +202,20 @@ def probe(src: Sources, *, ask_torch: bool = True) -> SoftwareFacts:
             f.torch_cuda_available = known(False, f"torch.version.cuda is None ({why})")
             f.torch_device_count = known(0, f.torch_cuda_available.source)
         elif ask_torch:
-            sub = guarded("python -c 'import torch; ...' (subprocess)", lambda: run_torch_subprocess(src))
-            if sub.known and "fatal" not in sub.value:
-                s, srcname = sub.value, sub.source
-                f.arch_list = known(s.get("arch_list", []), "torch._C._cuda_getArchFlags() in a subprocess")
-                f.cudnn_version = known(cudnn_text(s.get("cudnn")), "torch.backends.cudnn.version() in a subprocess") \
+            sub = guarded("python -c 'import torch; ...' (subprocess)", lambda: torch_answer(src))
+            if sub.known and "fatal" not in sub.value[0]:
+                s, srcname = sub.value[0], sub.source
+                via = " (cached)" if sub.value[1] else ""
+                f.arch_list = known(s.get("arch_list", []), "torch._C._cuda_getArchFlags() in a subprocess" + via)
+                f.cudnn_version = known(cudnn_text(s.get("cudnn")), "torch.backends.cudnn.version() in a subprocess" + via) \
                     if s.get("cudnn") else unknown(s.get("cudnn_error", "cuDNN not available to torch"), srcname)
-                f.nccl_version = known(s["nccl"], "torch.cuda.nccl.version() in a subprocess") \
+                f.nccl_version = known(s["nccl"], "torch.cuda.nccl.version() in a subprocess" + via) \
                     if s.get("nccl") else unknown(s.get("nccl_error", "torch built without NCCL"), srcname)
-                f.torch_cuda_available = known(bool(s.get("available")), "torch.cuda.is_available() in a subprocess")
-                f.torch_device_count = known(int(s.get("count", 0)), "torch.cuda.device_count() in a subprocess")
-                f.torch_probe_error = known(s.get("error", ""), "torch.cuda.init() in a subprocess")
+                f.torch_cuda_available = known(bool(s.get("available")), "torch.cuda.is_available() in a subprocess" + via)
+                f.torch_device_count = known(int(s.get("count", 0)), "torch.cuda.device_count() in a subprocess" + via)
+                f.torch_probe_error = known(s.get("error", ""), "torch.cuda.init() in a subprocess" + via)
             else:
-                reason = sub.value.get("fatal") if sub.known else sub.reason
+                reason = sub.value[0].get("fatal") if sub.known else sub.reason
                 for attr in ("arch_list", "torch_cuda_available", "torch_device_count", "torch_probe_error"):
                     setattr(f, attr, unknown(f"torch subprocess failed: {reason}", sub.source))
                 cudnn, nccl = cudnn_from_wheel(), nccl_from_wheel()

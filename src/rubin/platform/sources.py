@@ -22,6 +22,20 @@ class Sources:
     run_dir: str = "."
     timeout_s: float = 5.0  # per external command
     torch_timeout_s: float = 30.0  # the torch subprocess imports torch: slower than a command
+    cache_dir: str | None = None  # the facts cache (probe_cache); by default only for the real machine
+
+    def facts_cache_dir(self):
+        """Where slow facts are cached: ``cache_dir`` when given, else the user's cache for the real
+        machine (real runner, root "/"), else None: a fake or recorded machine never reads or writes it."""
+        from pathlib import Path
+
+        from rubin.platform import probe_cache
+
+        if self.cache_dir is not None:
+            return Path(self.cache_dir)
+        if self.runner is None and self.root == "/":
+            return probe_cache.default_dir(self.env)
+        return None
 
     @property
     def commands(self) -> commands.Runner:
