@@ -4,7 +4,8 @@ On a GPU trace the breakdown is of the device's time: compute kernels, communica
 (not hidden under compute), memcpy/memset, and idle; of the idle time, the part where the host
 was busy (``host_only``: the GPU waits on Python, launches or the loader) and the part spent
 waiting for data. On a CPU-only trace the host is the device: its operators are the compute,
-collectives it blocks in are the communication, and time in no operator is idle (Python, sleeps).
+collectives it blocks in (an operator of c10d, or no operator while gloo's thread runs one) are the
+communication, and time in no operator is idle (Python between operators, sleeps).
 Each figure is the median over the profiled steps, in seconds.
 """
 
@@ -81,11 +82,13 @@ def analyse(events: list[dict]) -> dict:
                        idle_s=tl.total(idle), host_only_s=tl.total(tl.intersect(idle, b)), data_s=tl.total(tl.intersect(idle, d)),
                        comm_total_s=tl.total(c["comm"]), overlap_s=tl.total(tl.intersect(c["comm"], c["kernel"])))
         else:
-            ch = tl.clip(comm_host, lo, hi)
-            compute = tl.subtract(tl.subtract(b, d), ch)
             side = tl.clip(side_comm, lo, hi)
+            gaps = tl.subtract([(lo, hi)], b)
+            # the training thread in no operator while a collective runs on gloo's thread: it waits for that collective
+            ch = tl.merge(tl.clip(comm_host, lo, hi) + tl.intersect(gaps, side))
+            compute = tl.subtract(tl.subtract(b, d), ch)
             row.update(compute_s=tl.total(compute), comm_s=tl.total(ch), memcpy_s=0.0, data_s=tl.total(d),
-                       idle_s=tl.total(tl.subtract([(lo, hi)], b)), host_only_s=None,
+                       idle_s=tl.total(tl.subtract(gaps, ch)), host_only_s=None,
                        comm_total_s=tl.total(tl.merge(ch + side)), overlap_s=tl.total(tl.intersect(side, compute)))
         per_step.append({k: (v / 1e6 if v is not None else None) for k, v in row.items()})
     return {"steps": len(per_step), "device": "gpu" if on_gpu else "cpu", "per_step": per_step,

@@ -12,7 +12,9 @@ import statistics
 DATA_SHARE = 0.25  # data loading above a quarter of the step
 COMM_SHARE = 0.25  # communication not hidden under compute above a quarter of the step
 IDLE_SHARE = 0.30  # the device idle (GPU) or no operator running (CPU) for this share of the step
-SMALL_MEDIAN_US = 20.0  # median kernel or operator shorter than this: launch and dispatch overhead dominate
+SMALL_MEDIAN_US = 20.0  # median kernel shorter than this: launch overhead dominates
+HOST_OPS_PER_STEP = 1000  # CPU: this many leaf operators per step ...
+HOST_OP_US = 60.0  # ... at less host time each than this: dispatch overhead, not arithmetic, is the step
 MEMORY_BOUND_SHARE = 0.40  # elementwise, normalisation and reduction kernels above this share of kernel time
 SMALL_GEMM_US = 50.0
 MEMORY_BOUND_WORDS = ("elementwise", "vectorized", "reduce", "softmax", "norm", "dropout", "copy", "fill")
@@ -92,17 +94,23 @@ def rules(ranks: list[dict], across: dict) -> list[dict]:
              "check the interconnect with `rubin doctor --deep` (NVLink, InfiniBand, NCCL bus bandwidth)"]))
     idle = _mean_of(ranks, "idle_s") or 0.0
     g = [r.get("granularity", {}) for r in ranks]
-    med = [x.get("kernel_median_us" if gpu else "op_median_us") for x in g]
-    med = statistics.median([m for m in med if m is not None]) if any(m is not None for m in med) else None
     per_step = statistics.median([x.get("kernels_per_step" if gpu else "ops_per_step") or 0 for x in g]) if g else 0
-    if idle > IDLE_SHARE * step and med is not None and med < SMALL_MEDIAN_US:
-        what = "kernels" if gpu else "operators"
+    if gpu:
+        meds = [x["kernel_median_us"] for x in g if x.get("kernel_median_us") is not None]
+        med = statistics.median(meds) if meds else None
+        small = idle > IDLE_SHARE * step and med is not None and med < SMALL_MEDIAN_US
+        evidence = (f"{per_step:.0f} kernels per step, median {med or 0:.1f} us each; the GPU is idle "
+                    f"{_pct(idle / step)} of the step")
+    else:  # a CPU trace: operators each cost a fixed dispatch; thousands of them with little work each
+        comp = _mean_of(ranks, "compute_s") or 0.0
+        cost = 1e6 * comp / per_step if per_step else None
+        small = per_step >= HOST_OPS_PER_STEP and cost is not None and cost < HOST_OP_US
+        evidence = f"{per_step:.0f} operators per step at {cost or 0:.0f} us of host time each ({_ms(comp)} of compute)"
+    if small:
         out.append(_finding(
             "launch-bound" if gpu else "host-bound",
             ("launch-bound: the GPU is idle between small kernels" if gpu
-             else "host-bound: the step is many tiny operators and the Python between them"),
-            f"{per_step:.0f} {what} per step, median {med:.1f} us each; the "
-            + ("GPU" if gpu else "CPU") + f" is idle (no {what[:-1]} running) {_pct(idle / step)} of the step",
+             else "host-bound (launch-bound on a GPU): the step is thousands of tiny operators"), evidence,
             "each operator costs a fixed dispatch (and on a GPU a kernel launch) that dwarfs its work",
             ["compile the model (distributed.compile=true) to fuse small operators",
              "on a GPU, capture the step with CUDA graphs (torch.compile mode='reduce-overhead')",
