@@ -42,7 +42,7 @@ def compare(ranks: list[dict]) -> dict:
     if med_step > 0 and waited > WAIT_SHARE * med_step:
         me = next(r for r in rows if r["rank"] == slow)
         excess = {k: me["median"].get(k, 0.0) - statistics.median(r["median"].get(k) or 0.0 for r in others)
-                  for k in ("data_s", "compute_s", "memcpy_s", "host_only_s") if me["median"].get(k) is not None}
+                  for k in ("data_s", "compute_s", "memcpy_s", "host_only_s", "idle_s") if me["median"].get(k) is not None}
         part = max(excess, key=excess.get)
         out["straggler"] = {"rank": slow, "host": me.get("host"), "waited_for_s": waited, "share": waited / med_step,
                             "bottleneck": part.removesuffix("_s"), "excess_s": excess}

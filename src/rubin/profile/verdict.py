@@ -62,7 +62,7 @@ def rules(ranks: list[dict], across: dict) -> list[dict]:
     s = across.get("straggler")
     if s:
         part = {"data": "data loading", "compute": "compute", "memcpy": "host-device copies",
-                "host_only": "host work while its GPU idles"}[s["bottleneck"]]
+                "host_only": "host work while its GPU idles", "idle": "host time outside any operator (Python, waits)"}[s["bottleneck"]]
         where = f" on host {s['host']}" if s.get("host") else ""
         fix = (["check that host's storage and CPU load; raise data.num_workers; compare `rubin doctor` there and on a fast host"]
                if s["bottleneck"] == "data" else

@@ -1,0 +1,103 @@
+"""Capture: `rubin train --profile` on 2 gloo ranks, read back by `rubin profile`; stragglers named without
+the profiler; a preemption inside the window; a window longer than the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from faultkit import child_env, events, summary
+from utils import invoke, run_torchrun
+
+HERE = Path(__file__).resolve().parent
+# a checkpoint at step 3; the window opens there: skip 2, warm-up 1, steps 7-10 traced; 14 steps in all
+CFG = ["run.max_steps=14", "run.epochs=null", "model.import=slowparts:model", "data.import=slowparts:data", "data.task=classification",
+       "data.batch_size=64", "data.num_workers=0", "checkpoint.every_steps=3", "telemetry.log_every_steps=1",
+       "profile.skip=2", "profile.warmup=1", "profile.active=4", "run.device=cpu"]
+
+
+def _args(run_dir, *extra):
+    return ["train", "--quiet", "--profile", "--set", f"run.dir={run_dir}", *[a for c in [*CFG, *extra] for a in ("--set", c)]]
+
+
+def _env(slow: str = "") -> dict:
+    env = child_env(PROFILE_SLOW=slow) if slow else child_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", ["data", "compute"])
+def test_slowed_rank_is_named_by_profile_and_by_the_run(tmp_path, part):
+    run = tmp_path / "run"
+    p = run_torchrun(2, _args(run), env=_env(f"{part}:1:0.04"), timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    meta = json.loads((run / "profile" / "rank-1.meta.json").read_text())
+    assert meta["recorded"] == [7, 8, 9, 10] and meta["stopped"] is None
+    trace = json.loads((run / "profile" / "rank-1.trace.json").read_text())
+    steps = sorted(e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+    assert steps == ["ProfilerStep#10", "ProfilerStep#7", "ProfilerStep#8", "ProfilerStep#9"]  # the training steps
+    res = invoke(["profile", run, "--json"])
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["verdict"]["id"] == "straggler", out["verdict"]
+    assert out["across"]["straggler"]["rank"] == 1 and out["across"]["straggler"]["bottleneck"] == part
+    # without the profiler: the run itself named rank 1 from the own step times carried in its checks
+    named = events(run, "straggler")
+    assert named and named[0]["rank"] == 1
+    s = summary(run)
+    assert s["straggler"]["rank"] == 1
+    assert s["own_step_s_per_rank"][1] > s["own_step_s_per_rank"][0] + 0.02
+
+
+@pytest.mark.slow
+def test_preemption_inside_the_window_exits_75_with_a_valid_checkpoint_and_the_steps_traced(tmp_path):
+    run = tmp_path / "run"
+    env = _env()
+    env["RUBIN_FAULT"] = "sigterm@step=8,rank=0"
+    p = run_torchrun(2, _args(run), env=env, timeout=240)
+    assert p.returncode != 0 and "exit code: 75" in p.stderr or p.returncode == 75, p.stderr[-3000:]
+    s = summary(run)
+    assert s["status"] == "preempted"
+    for rank in (0, 1):
+        meta = json.loads((run / "profile" / f"rank-{rank}.meta.json").read_text())
+        assert meta["stopped"] == "the run preempted inside the window"
+        assert meta["recorded"] == list(range(7, s["steps"] + 1))
+    v = invoke(["checkpoint", "verify", run])
+    assert v.exit_code == 0, v.stdout + v.stderr
+    assert f"step-{s['steps']:08d}" in v.stdout
+    res = invoke(["profile", run, "--json"])  # what was traced before the stop is read
+    assert res.exit_code == 0, res.stderr
+    assert all(r["steps"] == len(range(7, s["steps"] + 1)) for r in json.loads(res.stdout)["ranks"])
+
+
+def test_window_longer_than_the_run_is_refused_before_the_run_dir_is_touched(tmp_path):
+    run = tmp_path / "run"
+    res = invoke(_args(run, "profile.active=20"))
+    assert res.exit_code == 2
+    assert res.stderr.count("\n") == 1
+    assert "profile window ends at step 26" in res.stderr and "the run has 14 steps" in res.stderr and "profile.active" in res.stderr
+    assert not run.exists()
+
+
+@pytest.mark.slow
+def test_profiling_off_writes_nothing_and_single_rank_traces_the_window(tmp_path):
+    off, on = tmp_path / "off", tmp_path / "on"
+    env = _env()
+    args = [a for a in _args(off) if a != "--profile"]
+    p = subprocess.run([sys.executable, "-m", "rubin", *args], env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert not (off / "profile").exists() and not events(off, "profile")
+    p = subprocess.run([sys.executable, "-m", "rubin", *_args(on)], env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    ev = events(on, "profile")
+    assert len(ev) == 1 and ev[0]["steps"] == [7, 8, 9, 10]
+    assert ev[0]["overhead"]["untraced_step_s"] > 0 and ev[0]["overhead"]["traced_step_s"] > 0
+    assert json.loads(invoke(["profile", on, "--json"]).stdout)["ranks"][0]["steps"] == 4
+
+
+
