@@ -82,8 +82,10 @@ class ProfileWindow:
             return
         if step is not None and step >= self.last:
             self.step(step)
-        else:
-            self._end(f"the run {status or 'ended'} inside the window")
+            return
+        if step is not None:
+            self._at = step  # the steps done before the stop were traced
+        self._end(f"the run {status or 'ended'} inside the window")
 
     def _begin(self, step: int) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule
