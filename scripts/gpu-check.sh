@@ -62,6 +62,8 @@ step nvml-record.json     30  "$PY" -m rubin.platform.nvml_record
 step pytest-gpu.txt      150  "$PY" -m pytest -m gpu -q -p no:cacheprovider --continue-on-collection-errors
 step gpt124m-eager.json  120  "${GPT[@]}" --set distributed.compile=false --set "run.dir=$OUT/run-gpt124m-eager"
 step gpt124m-compile.json 180 "${GPT[@]}" --set distributed.compile=true --set "run.dir=$OUT/run-gpt124m-compile"
+# The profiler's verdict on GPT-124M eager (stdout: rubin profile --json), to compare with the GPU-speed figures above.
+step profile-gpt124m.json  90 bash benchmarks/profile_gpu.sh "$OUT/run-gpt124m-profile"
 step overhead-vit.txt    120  "$PY" benchmarks/trainer_overhead.py $OVERHEAD --model vit
 step bench-vs-plain.txt  120  "$PY" benchmarks/bench_vs_plain.py $PLAIN
 step plan-memory.txt     120  "$PY" benchmarks/plan_memory_check.py
@@ -81,6 +83,8 @@ for name in ("gpt124m-eager.json", "gpt124m-compile.json"):
     s = summary(name)
     mfu = s.get("mfu")
     print(f"{name}: tokens/s {s.get('tokens_per_s', '-')}  MFU {f'{mfu:.3f}' if mfu else '-'}  (target MFU >= 0.45)")
+v = summary("profile-gpt124m.json").get("verdict") or {}
+print(f"profile-gpt124m.json: verdict {v.get('id', '-')}: {v.get('evidence', '-')}")
 for name in ("overhead-vit.txt", "overhead-gpt.txt", "bench-vs-plain.txt"):
     try:
         lines = (out / name).read_text().splitlines()
