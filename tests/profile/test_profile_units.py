@@ -78,3 +78,14 @@ def test_report_shows_a_profiled_run(tmp_path):
     assert "data-bound: the step waits for the data loader" in section
     assert "step time per rank" in section and "<svg" in section  # the stacked breakdown
     assert "sm90_xmma_gemm" in section  # the top kernels
+
+
+def test_a_run_resumed_past_the_window_does_not_profile(tmp_path):
+    said = []
+    info = SimpleNamespace(rank=0, world_size=1, is_main=True, device=SimpleNamespace(type="cpu"))
+    w = profiling.ProfileWindow(_pcfg(), info, tmp_path, run_id="r", bounds=(0, 5, 9), say=said.append)
+    w.step(6)  # the first loop iteration after a resume at step 6
+    w.step(7)
+    w.close("completed", 9)
+    assert w.prof is None and w.done and not (tmp_path / "profile").exists()
+    assert len(said) == 1 and "past the window's start (step 4)" in said[0]

@@ -68,7 +68,11 @@ class ProfileWindow:
         self._t, self._at = now, step
         if self.done:
             return
-        if self.prof is None and step + 1 == self.start:
+        if self.prof is None and step + 1 > self.start:  # resumed past the window's start: no partial window
+            self.done = True
+            if self.info.is_main:
+                self.say(f"profile: the run resumed at step {step}, past the window's start (step {self.start}): not profiled")
+        elif self.prof is None and step + 1 == self.start:
             self._begin(step + 1)
         elif self.prof is not None:
             self.prof.step()
