@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from profhelp import gpu_steps, record, write_rank
+from profhelp import gpu_steps, record, write_rank, x
 from utils import invoke
 
 from rubin.profile import timeline as tl
@@ -25,7 +25,9 @@ def test_interval_arithmetic():
 def test_gpu_breakdown_overlap_and_top_kernels(tmp_path):
     # per 10 ms step: compute 0-6 ms, an all-reduce 4-8 ms (2 ms of it under compute), 2 ms idle with the host busy
     ev = gpu_steps(kernels=[(0, 6000, "sm90_xmma_gemm_bf16")], comm=[(4000, 4000, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL")],
-                   host=[(8000, 2000, "aten::copy_")])
+                   host=[(8000, 1000, "aten::copy_")])
+    # the other half of the idle time: an operator on autograd's thread (backward on a GPU runs there)
+    ev += [x("autograd::engine::evaluate_function: MmBackward0", i * 10_000 + 9000, 1000, tid=2) for i in range(3)]
     for r in (0, 1):
         write_rank(tmp_path, r, ev)
     res = analyze(tmp_path)

@@ -66,6 +66,8 @@ def analyse(events: list[dict]) -> dict:
     comm_host = tl.subtract(tl.merge(tl.span(e) for e in body if tl.host_class(e) == "comm"), data)
     side_comm = tl.merge(tl.span(e) for e in events if (e.get("pid"), e.get("tid")) != main
                          and tl.host_class(e) == "comm")  # gloo's worker threads: asynchronous collectives
+    # on a GPU, backward runs on autograd's own thread: any thread of the process that runs operators keeps the host busy
+    host_any = tl.merge(tl.span(e) for e in events if e.get("pid") == (main or (None,))[0] and tl.host_class(e) in ("op", "data"))
     gpu = {k: tl.merge(tl.span(e) for e in device if tl.gpu_class(e) == k) for k in ("kernel", "comm", "memcpy", "memset")}
     on_gpu = bool(device)
     per_step: list[dict] = []
@@ -78,8 +80,9 @@ def analyse(events: list[dict]) -> dict:
             copies = tl.subtract(tl.merge(c["memcpy"] + c["memset"]), tl.merge(c["kernel"] + c["comm"]))
             active = tl.merge(c["kernel"] + c["comm"] + c["memcpy"] + c["memset"])
             idle = tl.subtract([(lo, hi)], active)
+            host_busy = tl.clip(host_any, lo, hi)
             row.update(compute_s=tl.total(c["kernel"]), comm_s=tl.total(comm_only), memcpy_s=tl.total(copies),
-                       idle_s=tl.total(idle), host_only_s=tl.total(tl.intersect(idle, b)), data_s=tl.total(tl.intersect(idle, d)),
+                       idle_s=tl.total(idle), host_only_s=tl.total(tl.intersect(idle, host_busy)), data_s=tl.total(tl.intersect(idle, d)),
                        comm_total_s=tl.total(c["comm"]), overlap_s=tl.total(tl.intersect(c["comm"], c["kernel"])))
         else:
             side = tl.clip(side_comm, lo, hi)
