@@ -30,7 +30,8 @@ def text(res: dict) -> str:
         rows = first.get(key) or []
         if rows:
             lines.append(f"  {label}, rank {first['rank']}:")
-            lines += [f"    {_ms(t['per_step_s']):>8} ms/step  {t['count']:>6}x  {t['name'][:90]}" for t in rows[:5]]
+            n = max(first.get("steps") or 1, 1)
+            lines += [f"    {_ms(t['per_step_s']):>8} ms/step  {t['count'] / n:>6.0f} calls/step  {t['name'][:90]}" for t in rows[:5]]
     v = res.get("verdict")
     if v:
         lines += [f"verdict: {v['finding']}", f"  evidence: {v['evidence']}", f"  cause: {v['cause']}",
