@@ -102,3 +102,17 @@ def test_profiling_off_writes_nothing_and_single_rank_traces_the_window(tmp_path
 
 
 
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_inside_the_window_still_writes_the_steps_traced(tmp_path):
+    run = tmp_path / "run"
+    env = child_env(**_env(RUBIN_FAULT="nan@step=8"))  # nan_policy=halt: the run fails at step 8's check
+    p = subprocess.run([sys.executable, "-m", "rubin", *_args(run)], env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert summary(run)["status"] == "failed"
+    meta = json.loads((run / "profile" / "rank-0.meta.json").read_text())
+    assert meta["stopped"] == "the run failed inside the window" and meta["recorded"] == [7, 8]
+    res = invoke(["profile", run, "--json"])
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["ranks"][0]["steps"] == 2
