@@ -66,6 +66,9 @@ def rules(ranks: list[dict], across: dict) -> list[dict]:
         where = f" on host {s['host']}" if s.get("host") else ""
         fix = (["check that host's storage and CPU load; raise data.num_workers; compare `rubin doctor` there and on a fast host"]
                if s["bottleneck"] == "data" else
+               ["rank 0 writes the run's files and console: log less often (telemetry.log_every_steps), fewer sinks",
+                "look for Python work outside operators on that rank (callbacks, host syncs) in its trace"]
+               if s["bottleneck"] == "idle" and s["rank"] == 0 else
                [f"run `rubin doctor --deep` on {s.get('host') or 'that host'} (clocks, thermals, XID errors, PCIe link)",
                 "look for other processes on that host or GPU (nvidia-smi), and compare its trace with a fast rank's"])
         out.append(_finding(
