@@ -123,12 +123,14 @@ class FaultsConfig(_Section):
 
 
 class ProfileConfig(_Section):
-    enabled: bool = Field(False, description="trace a window of steps on every rank with torch.profiler (rubin train --profile)")
-    skip: int = Field(3, ge=0, description="untraced steps after the window opens (after the first checkpoint and compile); "
-                      "their time is the baseline the profiler's cost is stated against")
+    enabled: bool = Field(False, description="trace a window of steps on every rank with torch.profiler "
+                          "(rubin train --profile)")
+    skip: int = Field(3, ge=0, description="untraced steps after the window opens (after the first checkpoint and "
+                      "compile); their time is the baseline the profiler's cost is stated against")
     warmup: int = Field(1, ge=0, description="steps the profiler runs but discards (its own start-up)")
     active: int = Field(5, ge=1, le=1000, description="steps traced")
-    memory_snapshot: bool = Field(False, description="on a GPU, also a CUDA memory snapshot (profile/memory-rank-N.pickle)")
+    memory_snapshot: bool = Field(False, description="on a GPU, also a CUDA memory snapshot "
+                                  "(profile/memory-rank-N.pickle)")
     record_shapes: bool = Field(False, description="record operator input shapes (larger traces)")
 
 

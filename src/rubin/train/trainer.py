@@ -145,7 +145,8 @@ class Trainer:
         self.ckpt = Checkpointer(cfg, info, self.run, self.state, env=self.env, barrier=lambda: distributed.barrier(info),
                                  say=self.console.print, beat=lambda step: self.faults.beat(step, "checkpoint"))
         self.profile = profiling.build(cfg, info, self.run.path, total_steps=self.total_steps, say=self.console.print,
-                                       broadcast=lambda obj: distributed.broadcast_object(info, obj), event=self.run.event)
+                                       broadcast=lambda obj: distributed.broadcast_object(info, obj),
+                                       event=self.run.event)
         reseed(cfg.run.seed, info.rank)
         for message in self._held_warnings:
             self.console.print(f"warning: {message}")
@@ -251,7 +252,8 @@ class Trainer:
                 gc_policy.step(self.loop.step)
         finally:
             gc_policy.stop()
-            self.profile.close("failed" if sys.exc_info()[0] else status, self.loop.step)  # a window cut short still writes its steps
+            # a window cut short (preemption, crash) still writes the steps it traced
+            self.profile.close("failed" if sys.exc_info()[0] else status, self.loop.step)
             self.console.close()
         return self._finish(status, reason)
 

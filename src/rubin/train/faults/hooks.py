@@ -146,9 +146,9 @@ class FaultHooks:
             import torch.distributed as dist
 
             self.beat(step, "collective")
-            own = self.stragglers.slots()  # each rank's own step time in its slot: stragglers named with no extra collective
-            t = torch.tensor([-bad if bad is not None else _NONE, int(stop), int(save_due), -every, *own], dtype=torch.int64,
-                             device=self.info.device if self.info.backend == "nccl" else "cpu")
+            own = self.stragglers.slots()  # each rank's own step time in its slot: no extra collective
+            t = torch.tensor([-bad if bad is not None else _NONE, int(stop), int(save_due), -every, *own],
+                             dtype=torch.int64, device=self.info.device if self.info.backend == "nccl" else "cpu")
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             agreed = t.tolist()
             bad = -agreed[0] if agreed[0] != _NONE else None

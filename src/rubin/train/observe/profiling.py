@@ -71,7 +71,8 @@ class ProfileWindow:
         if self.prof is None and step + 1 > self.start:  # resumed past the window's start: no partial window
             self.done = True
             if self.info.is_main:
-                self.say(f"profile: the run resumed at step {step}, past the window's start (step {self.start}): not profiled")
+                self.say(f"profile: the run resumed at step {step}, past the window's start "
+                         f"(step {self.start}): not profiled")
         elif self.prof is None and step + 1 == self.start:
             self._begin(step + 1)
         elif self.prof is not None:
@@ -118,7 +119,8 @@ class ProfileWindow:
         from rubin.platform import device as dev
 
         self.done = True
-        self.recorded = list(range(self.first, min(self._at or 0, self.last) + 1))  # steps finished inside the active part
+        # the steps finished inside the active part
+        self.recorded = list(range(self.first, min(self._at or 0, self.last) + 1))
         try:
             self.prof.stop()  # the trace is written by _export
         finally:
@@ -127,7 +129,8 @@ class ProfileWindow:
                 dev.dump_memory_snapshot(str(self.dir / f"memory-rank-{self.info.rank}.pickle"))
                 dev.record_memory_history(False)
         cost = self._cost()
-        meta = {"run_id": self.run_id, "rank": self.info.rank, "world_size": self.info.world_size, "host": socket.gethostname(),
+        meta = {"run_id": self.run_id, "rank": self.info.rank, "world_size": self.info.world_size,
+                "host": socket.gethostname(),
                 "steps": [self.first, self.last], "recorded": self.recorded, "stopped": stopped or None,
                 "schedule": {"skip": self.pcfg.skip, "warmup": self.pcfg.warmup, "active": self.pcfg.active,
                              "opened_after": self.opened},
@@ -137,8 +140,10 @@ class ProfileWindow:
             ratio = cost.get("ratio")
             self.say(f"profile: {len(self.recorded)} steps traced in {self.dir}"
                      + (f"; a traced step took {ratio:.2f}x an untraced one" if ratio else "")
-                     + (f" (stopped early: {stopped})" if stopped else "") + f"; read it with `rubin profile {self.dir.parent}`")
-            self.event("profile", steps=self.recorded, window=[self.first, self.last], stopped=stopped or None, overhead=cost)
+                     + (f" (stopped early: {stopped})" if stopped else "")
+                     + f"; read it with `rubin profile {self.dir.parent}`")
+            self.event("profile", steps=self.recorded, window=[self.first, self.last], stopped=stopped or None,
+                       overhead=cost)
 
     def _cost(self) -> dict:
         """Median wall time of the traced steps against the untraced steps just before the window."""
@@ -146,21 +151,25 @@ class ProfileWindow:
         traced = [t for s, t in self._times.items() if s in self.recorded]
         out = {"untraced_step_s": statistics.median(base) if base else None,
                "traced_step_s": statistics.median(traced) if traced else None}
-        out["ratio"] = out["traced_step_s"] / out["untraced_step_s"] if base and traced and out["untraced_step_s"] else None
+        ok = base and traced and out["untraced_step_s"]
+        out["ratio"] = out["traced_step_s"] / out["untraced_step_s"] if ok else None
         return out
 
 
 def check(cfg, total_steps: int) -> None:
     """Refuse a profile window past the run's end before the run dir is touched (exit 2)."""
     if cfg.profile.enabled:
-        window(cfg.profile, ckpt_every=cfg.checkpoint.every_steps, compile=cfg.distributed.compile, total_steps=total_steps)
+        window(cfg.profile, ckpt_every=cfg.checkpoint.every_steps, compile=cfg.distributed.compile,
+               total_steps=total_steps)
 
 
 def build(cfg, info, run_path, *, total_steps: int, broadcast, say=print, event=None):
-    """The loop's profiler handle: ``Off`` unless profile.enabled. BROADCAST shares rank 0's run id (one collective, at setup)."""
+    """The loop's profiler handle: ``Off`` unless profile.enabled.
+    BROADCAST shares rank 0's run id (one collective, at setup)."""
     pcfg = cfg.profile
     if not pcfg.enabled:
         return Off()
-    bounds = window(pcfg, ckpt_every=cfg.checkpoint.every_steps, compile=cfg.distributed.compile, total_steps=total_steps)
+    bounds = window(pcfg, ckpt_every=cfg.checkpoint.every_steps, compile=cfg.distributed.compile,
+                    total_steps=total_steps)
     run_id = broadcast(uuid.uuid4().hex if info.is_main else None)
     return ProfileWindow(pcfg, info, run_path, run_id=run_id, bounds=bounds, say=say, event=event)
