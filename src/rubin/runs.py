@@ -53,6 +53,8 @@ EVENT_KINDS = (
     "hang",
     "warning",
     "lock_taken_over",
+    "profile",
+    "straggler",
     "end",
 )
 

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("rubin.cli.export", "write a run's trained weights (torch, safetensors or HF layout)"),
     "launch": ("rubin.cli.launch", "run the same job on torchrun, Slurm, Kubernetes, Azure ML or SkyPilot"),
     "verify": ("rubin.cli.verify", "check that convergence did not change between two platforms"),
+    "profile": ("rubin.cli.profile", "read a profiled run's traces: per-rank breakdown, straggler, the bottleneck and its fix"),
     "report": ("rubin.cli.report", "one self-contained HTML (or Markdown) report from rubin's outputs"),
     "qualify": ("rubin.cli.qualify", "acceptance run for a new node: doctor, bench, verify, report, certificate"),
 }

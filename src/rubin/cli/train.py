@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--help-config", action="store_true", help="list every config key with its default and meaning")
     p.add_argument("--verify-checkpoints", action="store_true", help="verify the run dir's checkpoints and exit, without training")
     p.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
+    p.add_argument("--profile", action="store_true", help="trace a window of steps on every rank (profile.enabled=true); "
+                   "read it with `rubin profile RUN_DIR`")
 
 
 def _deepspeed_overrides(path: str, *, quiet: bool) -> list[str]:
@@ -39,7 +41,7 @@ def run(args) -> int:
     if args.help_config:
         print(describe_fields())
         return 0
-    overrides = args.overrides
+    overrides = args.overrides + (["profile.enabled=true"] if args.profile else [])
     if args.from_deepspeed:
         overrides = _deepspeed_overrides(args.from_deepspeed, quiet=args.quiet or args.json) + overrides
     cfg = load_config(args.config, overrides)

@@ -133,6 +133,19 @@ def empty_cache(device) -> None:
         torch.cuda.empty_cache()
 
 
+def record_memory_history(on: bool) -> None:
+    """Start (or stop) recording CUDA allocations for a memory snapshot (PyTorch's memory viewer)."""
+    import torch
+
+    torch.cuda.memory._record_memory_history(max_entries=100_000 if on else 0, enabled="all" if on else None)
+
+
+def dump_memory_snapshot(path: str) -> None:
+    import torch
+
+    torch.cuda.memory._dump_snapshot(path)
+
+
 # -- benchmark support (rubin.bench): memory facts, device timers, pinned buffers, power ----------
 
 

@@ -7,15 +7,15 @@ import datetime as dt
 from html import escape
 from pathlib import Path
 
-from rubin.report import run_sections, sections
+from rubin.report import profile_section, run_sections, sections
 from rubin.report.inputs import detect
 
 BUILDERS = {"env": sections.env, "doctor": sections.doctor, "doctor-checks": sections.doctor_checks, "bench": sections.bench,
             "compare": sections.compare, "plan-memory": sections.plan_memory, "plan-cost": sections.plan_cost,
             "plan-project": sections.plan_other, "plan-advise": sections.plan_other, "run": run_sections.run,
-            "verify": run_sections.verify, "certificate": sections.certificate}
+            "verify": run_sections.verify, "certificate": sections.certificate, "profile": profile_section.build}
 # Sections appear in the order a reader asks: is the machine healthy, how fast, does it converge, what will it cost.
-ORDER = ("certificate", "verify", "env", "doctor", "doctor-checks", "bench", "compare", "run", "plan-memory", "plan-cost",
+ORDER = ("certificate", "verify", "env", "doctor", "doctor-checks", "bench", "compare", "run", "profile", "plan-memory", "plan-cost",
          "plan-project", "plan-advise")
 
 CSS = """
@@ -33,6 +33,7 @@ figure svg{max-width:100%;height:auto}figcaption{font-size:.85em;color:#444;marg
 
 def collect(inputs) -> list[sections.Section]:
     found = [(detect(p), str(p)) for p in inputs]
+    found += profile_section.extra(found)  # a profiled run dir also gets its profile section
     found.sort(key=lambda item: ORDER.index(item[0][0]))
     return [BUILDERS[kind](data, src) for (kind, data), src in found]
 

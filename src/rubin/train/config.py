@@ -121,6 +121,18 @@ class FaultsConfig(_Section):
     hang_timeout_s: Optional[float] = Field(None, gt=0, description="a step slower than this is a hang: report stacks and exit")
 
 
+class ProfileConfig(_Section):
+    enabled: bool = Field(False, description="trace a window of steps on every rank with torch.profiler "
+                          "(rubin train --profile)")
+    skip: int = Field(3, ge=0, description="untraced steps after the window opens (after the first checkpoint and "
+                      "compile); their time is the baseline the profiler's cost is stated against")
+    warmup: int = Field(1, ge=0, description="steps the profiler runs but discards (its own start-up)")
+    active: int = Field(5, ge=1, le=1000, description="steps traced")
+    memory_snapshot: bool = Field(False, description="on a GPU, also a CUDA memory snapshot "
+                                  "(profile/memory-rank-N.pickle)")
+    record_shapes: bool = Field(False, description="record operator input shapes (larger traces)")
+
+
 class Config(_Section):
     run: RunConfig = Field(default_factory=RunConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -131,6 +143,7 @@ class Config(_Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
+    profile: ProfileConfig = Field(default_factory=ProfileConfig)
     # Opaque here: train/ does not know launch targets. rubin.launch.spec.launch_section validates it (rubin launch and rubin train).
     launch: Optional[dict[str, Any]] = Field(None, description="where and how `rubin launch` runs this config (see rubin launch --help)")
 

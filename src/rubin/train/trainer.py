@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import time
 
 import torch
@@ -24,6 +25,7 @@ from rubin.train.data import GlobalBatchSampler, StepBatches, eval_loader, plan_
 from rubin.train.faults import PreemptionHandler, fault_point
 from rubin.train.faults.policy import FaultPolicy, StepFlags
 from rubin.train.gcpolicy import GcPolicy
+from rubin.train.observe import profiling
 from rubin.train.observe.console import Console
 from rubin.train.observe.sinks import build_sinks
 from rubin.train.observe.sinks import require as require_sinks
@@ -95,6 +97,7 @@ class Trainer:
         self.sampler = GlobalBatchSampler(len(train_ds), self.plan, info.rank, seed=cfg.run.seed)
         self.total_steps = build.total_steps(cfg, self.sampler.steps_per_epoch())
         require_sinks(cfg.telemetry.sinks)
+        profiling.check(cfg, self.total_steps)  # a profile window past the run's end: exit 2, nothing touched
         self.console.begin(self.total_steps, main=info.is_main)
         done = build.completed_run(cfg, self.total_steps, resume=resume, force=force) if info.is_main else None
         self.completed = distributed.broadcast_object(info, done)
@@ -142,6 +145,9 @@ class Trainer:
             self.state.extras["spikes"] = self.faults.spikes  # its running median survives a resume or rollback
         self.ckpt = Checkpointer(cfg, info, self.run, self.state, env=self.env, console=self.console,
                                  heartbeat=self.faults.heartbeat)
+        self.profile = profiling.build(cfg, info, self.run.path, total_steps=self.total_steps, say=self.console.notice,
+                                       broadcast=lambda obj: distributed.broadcast_object(info, obj),
+                                       event=self.run.event)
         reseed(cfg.run.seed, info.rank)
         if resuming:
             self.ckpt.restore_latest(force=force)  # checkpoints that all fail to verify: refused unless --force
@@ -204,6 +210,7 @@ class Trainer:
         try:
             gc_policy.start()
             while self.loop.step < self.total_steps:
+                self.profile.step(self.loop.step)
                 batches = self._next_batches()
                 if batches is None:
                     continue
@@ -213,6 +220,8 @@ class Trainer:
                 gc_policy.step(self.loop.step)
         finally:
             gc_policy.stop()
+            # a window cut short (preemption, crash) still writes the steps it traced
+            self.profile.close("failed" if sys.exc_info()[0] else status, self.loop.step)
             self.console.close()
         return self._finish(status, reason)
 
@@ -335,6 +344,7 @@ class Trainer:
             "fp16_overflow_skips": self.state.precision.skipped_steps,
             "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), "run_dir": str(self.run.path),
             "checkpoint": str(latest[1]) if latest else None, **self.flops.as_dict(),
+            **self.faults.straggler_summary(),
         }
         self.run.write_summary(summary)
         extra = {"reaction_s": self.faults.reaction_s} if status == "preempted" else {}

@@ -73,6 +73,11 @@ class FaultPolicy:
         self._last_check = (0, time.monotonic())
         self._early: StepFlags | None = None  # read before the update (nan_policy=skip), handed out after the step
         self.reaction_s: float | None = None
+        self.stragglers = None
+        if info.world_size > 1:
+            from rubin.train.observe.stragglers import StragglerRecorder
+
+            self.stragglers = StragglerRecorder(info.rank, info.world_size, event=run.event)
 
     @property
     def stop_reason(self) -> str:
@@ -90,9 +95,14 @@ class FaultPolicy:
         if self.watchdog is not None:
             self.watchdog.stop()
 
+    def straggler_summary(self) -> dict:
+        return self.stragglers.summary() if self.stragglers is not None else {}
+
     def beat(self, step: int, phase: str) -> None:
         """Entering PHASE of STEP: the heartbeat, and a named fault point ("crash@step=7,phase=backward")."""
         self.heartbeat.beat(step, phase)
+        if self.stragglers is not None:
+            self.stragglers.beat(phase)
         if faults.inject.ARMED and phase != "checkpoint":  # the store has its own checkpoint/manifest/commit points
             faults.fault_point(phase, step, self.info.rank)
 
@@ -201,12 +211,14 @@ class FaultPolicy:
             import torch.distributed as dist
 
             self.beat(step, "collective")
-            t = torch.tensor([-bad if bad is not None else _NONE, int(stop), int(save_due), -every], dtype=torch.int64,
-                             device=self.info.device if self.info.backend == "nccl" else "cpu")
+            own = self.stragglers.slots()  # each rank's own step time in its slot: no extra collective
+            t = torch.tensor([-bad if bad is not None else _NONE, int(stop), int(save_due), -every, *own],
+                             dtype=torch.int64, device=self.info.device if self.info.backend == "nccl" else "cpu")
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             agreed = t.tolist()
             bad = -agreed[0] if agreed[0] != _NONE else None
             stop, save_due, every = agreed[1] > 0, agreed[2] > 0, -agreed[3]  # every: the smallest proposal
+            self.stragglers.update(agreed[4:], step)
             if bad is not None and bad != local_bad:  # a peer's step: this rank's values of it, for the event
                 for s, pos, loss, norm in pending:
                     if s == bad:
