@@ -14,7 +14,7 @@ from rubin.errors import UsageError
 
 def _memory_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model (one of: --workload, --config, --params, or --hidden/--layers/--heads)")
-    g.add_argument("--workload", help="reference workload: gpt, vit, resnet18, resnet50, mlp")
+    g.add_argument("--workload", help="reference workload: gpt, llama, llama1b, llama8b, vit, resnet18, resnet50, mlp")
     g.add_argument("--config", metavar="PATH", help="a Hugging Face style config.json (or its folder)")
     g.add_argument("--params", type=float, help="raw parameter count, e.g. 7e9 (activations are then not counted)")
     g.add_argument("--largest-layer-params", type=float, help="parameters of the largest layer (the ZeRO-3 gathered unit)")

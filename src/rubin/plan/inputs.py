@@ -67,9 +67,9 @@ def measured_shape(args) -> shapes.ModelShape:
             from rubin.errors import bad_choice
 
             raise bad_choice("workload", args.workload, MODELS)
-        task = task or ("lm" if args.workload == "gpt" else "classification")
+        task = task or ("lm" if args.workload in ("gpt", "llama") else "classification")
     task = task or ("lm" if args.vocab else "classification")
-    vocab = args.vocab or (50304 if args.workload == "gpt" else None)
+    vocab = args.vocab or (50304 if args.workload in ("gpt", "llama") else None)
     src = fit.Source(workload=args.workload, factory=args.import_path, model_args=model_args, task=task, vocab=vocab,
                      seq_len=args.seq_len or (1024 if task == "lm" else None),
                      image_shape=(args.channels, args.image_size, args.image_size), classes=args.classes)

@@ -48,7 +48,7 @@ class RunConfig(_Section):
 
 
 class ModelConfig(_Section):
-    name: str = Field("vit", description="reference model: vit, resnet, gpt, mlp (ignored when import is set)")
+    name: str = Field("vit", description="reference model: vit, resnet, gpt, llama, mlp (ignored when import is set)")
     import_: Optional[str] = Field(None, alias="import", description="'pkg.module:function' returning an nn.Module")
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the model builder")
 
