@@ -56,10 +56,10 @@ class CompileReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def compile_blocks(blocks: list[nn.Module], *, dynamic: bool = False) -> int:
+def compile_blocks(blocks: list[nn.Module], *, dynamic: bool = False, backend="inductor") -> int:
     """Compile each block in place (``nn.Module.compile``, so state dict keys stay the same). Returns how many."""
     for block in blocks:
-        block.compile(dynamic=dynamic)
+        block.compile(dynamic=dynamic, backend=backend)
     return len(blocks)
 
 
@@ -84,7 +84,9 @@ def first_step(step, blocks: list[nn.Module], report: CompileReport, *, sync=lam
         if not report.compiled or not _from_compiler(err):
             raise
         undo(blocks)
-        report.fallback = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        # dynamo's first line is often a header ("backend='x' raised:"): keep the cause's line with it
+        report.fallback = f"{type(err).__name__}: {' '.join(lines[:2])}"[:240]
         report.warnings.append(f"torch.compile failed on this model ({report.fallback}); training eagerly")
         report.compiled = 0
         out = step()

@@ -81,6 +81,8 @@ class OptimConfig(_Section):
     warmup_steps: int = Field(0, ge=0, description="linear warmup steps")
     schedule: Literal["cosine", "linear", "constant"] = Field("cosine", description="decay after warmup")
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="final lr as a fraction of the peak")
+    impl: Literal["auto", "fused", "foreach", "for-loop"] = Field("auto",
+        description="optimizer kernels: auto = fused on CUDA, foreach elsewhere")
     grad_clip: Optional[float] = Field(1.0, gt=0, description="clip the global grad norm (after unscaling under fp16); null: off")
 
 
@@ -159,7 +161,7 @@ RESUMABLE_CHANGES = {
     "run.max_steps", "run.epochs", "run.eval_every_steps", "run.dir", "run.device", "run.gc_every_steps",
     "data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor",
     "data.eval_batch_size", "data.micro_batch_size", "distributed.strategy", "distributed.backend",
-    "distributed.timeout_s", "distributed.compile",
+    "distributed.timeout_s", "distributed.compile", "optim.impl",
     "checkpoint", "telemetry", "faults.hang_timeout_s", "launch",
 }
 

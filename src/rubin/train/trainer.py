@@ -126,7 +126,7 @@ class Trainer:
             name, model, info, blocks=self._blocks(found_blocks, name),
             compile=cfg.distributed.compile, act_ckpt=cfg.distributed.activation_checkpointing,
         )
-        self.optimizer = build_optimizer(self.strategy.model, cfg.optim)
+        self.optimizer = build_optimizer(self.strategy.model, cfg.optim, info.device)
         self.state = TrainState(self.strategy, self.optimizer, build_scheduler(self.optimizer, cfg.optim, self.total_steps),
                                 Precision(cfg.precision, info.device))
         self.loader = train_loader(train_ds, self.sampler, cfg.data, info.device, cfg.run.seed)

@@ -1,0 +1,73 @@
+"""The chunked linear + cross-entropy: same loss and gradients as the plain head, without the full logits."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rubin.workloads import DataInfo, build_model
+from rubin.workloads.fused_loss import find_head, fused_lm_loss, linear_cross_entropy
+
+
+@pytest.mark.parametrize("chunk", [1, 13, 1000])
+def test_loss_and_gradients_match_the_plain_head(chunk):
+    torch.manual_seed(0)
+    h = torch.randn(4, 37, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 50, (4, 37))
+    t[0, :5] = -100  # ignored positions count neither in the loss nor in the mean
+    loss = linear_cross_entropy(h, w, t, chunk=chunk)
+    gh, gw = torch.autograd.grad(2.5 * loss, (h, w))
+    ref = F.cross_entropy((h @ w.t()).reshape(-1, 50), t.reshape(-1))
+    rh, rw = torch.autograd.grad(2.5 * ref, (h, w))
+    assert float(loss) == pytest.approx(float(ref), rel=1e-6)
+    torch.testing.assert_close(gh, rh, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(gw, rw, rtol=1e-6, atol=1e-7)
+
+
+def test_under_bf16_autocast_it_tracks_the_plain_loss():
+    torch.manual_seed(0)
+    h = torch.randn(64, 32, requires_grad=True)
+    w = torch.randn(100, 32, requires_grad=True)
+    t = torch.randint(0, 100, (64,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = linear_cross_entropy(h, w, t, chunk=16)
+        ref = F.cross_entropy((h @ w.t()).float(), t)
+    assert loss.dtype == torch.float32
+    assert float(loss) == pytest.approx(float(ref), rel=2e-2)
+    loss.backward()
+    assert h.grad.dtype == torch.float32 and w.grad.dtype == torch.float32  # back through the cast to the fp32 weights
+
+
+def test_backward_never_holds_a_full_logits_tensor():
+    h = torch.randn(512, 16, requires_grad=True)
+    w = torch.randn(1000, 16, requires_grad=True)
+    t = torch.randint(0, 1000, (512,))
+    sizes = []
+
+    def pack(x):
+        sizes.append(x.numel())
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        linear_cross_entropy(h, w, t, chunk=64).backward()
+    assert max(sizes) < 512 * 1000 / 4  # what autograd keeps: inputs and one value per token, no (tokens x vocab)
+
+
+@pytest.mark.parametrize("name", ["gpt", "llama"])
+def test_rubins_lms_have_a_known_head_and_give_the_plain_loss(name):
+    torch.manual_seed(0)
+    m = build_model(name, {"n_layer": 1} if name == "llama" else {"n_layer": 1, "n_head": 2, "n_embd": 32},
+                    DataInfo.lm(16, 64))
+    x, y = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
+    assert find_head(m) is not None
+    ref = F.cross_entropy(m(x).flatten(0, 1), y.flatten())
+    assert float(fused_lm_loss(m, x, y, chunk=7)) == pytest.approx(float(ref), rel=1e-5)
+
+
+def test_a_head_with_a_bias_or_no_head_is_not_taken():
+    biased = torch.nn.Module()
+    biased.lm_head = torch.nn.Linear(4, 10)
+    assert find_head(biased) is None
+    assert find_head(torch.nn.Linear(4, 4)) is None
+    with pytest.raises(ValueError, match="no output head"):
+        fused_lm_loss(torch.nn.Linear(4, 4), torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long))
