@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from rubin.workloads import DataInfo, build_model
-from rubin.workloads.fused_loss import find_head, fused_lm_loss, linear_cross_entropy
+from rubin.errors import UsageError
+from rubin.workloads.fused_loss import FusedHead, find_head, fused_lm_loss, install, linear_cross_entropy
 
 
 @pytest.mark.parametrize("chunk", [1, 13, 1000])
@@ -54,20 +55,54 @@ def test_backward_never_holds_a_full_logits_tensor():
 
 
 @pytest.mark.parametrize("name", ["gpt", "llama"])
-def test_rubins_lms_have_a_known_head_and_give_the_plain_loss(name):
+def test_rubins_lms_give_the_plain_loss_and_gradients_through_their_own_forward(name):
     torch.manual_seed(0)
-    m = build_model(name, {"n_layer": 1} if name == "llama" else {"n_layer": 1, "n_head": 2, "n_embd": 32},
-                    DataInfo.lm(16, 64))
+    args = {"n_layer": 1} if name == "llama" else {"n_layer": 1, "n_head": 2, "n_embd": 32}
+    m = build_model(name, args, DataInfo.lm(16, 64)).double()
     x, y = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
-    assert find_head(m) is not None
     ref = F.cross_entropy(m(x).flatten(0, 1), y.flatten())
-    assert float(fused_lm_loss(m, x, y, chunk=7)) == pytest.approx(float(ref), rel=1e-5)
+    ref_grads = torch.autograd.grad(ref, list(m.parameters()))
+    keys = list(m.state_dict())
+    loss = fused_lm_loss(m, x, y, chunk=7)
+    grads = torch.autograd.grad(loss, list(m.parameters()))
+    assert float(loss) == pytest.approx(float(ref), rel=1e-9)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b)
+    assert isinstance(m.lm_head, FusedHead) and list(m.state_dict()) == keys  # checkpoints keep their layout
+    assert m(x).shape == (2, 16, 64)  # without targets (evaluation) the head gives logits again
 
 
-def test_a_head_with_a_bias_or_no_head_is_not_taken():
+def test_a_model_that_slices_positions_before_the_head_gets_one_line():
+    class LastOnly(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.lm_head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False)
+
+        def forward(self, x):
+            return self.lm_head(self.emb(x)[:, -1:])
+
+    with pytest.raises(UsageError, match="model.fused_loss=false"):
+        fused_lm_loss(LastOnly(), torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long))
+
+
+def test_heads_the_fused_loss_cannot_take_say_why():
     biased = torch.nn.Module()
     biased.lm_head = torch.nn.Linear(4, 10)
-    assert find_head(biased) is None
-    assert find_head(torch.nn.Linear(4, 4)) is None
+    assert find_head(biased) == (None, "its lm_head has a bias")
+    assert find_head(torch.nn.Linear(4, 4))[0] is None
+    capped = torch.nn.Module()
+    capped.lm_head = torch.nn.Linear(4, 10, bias=False)
+    capped.config = type("Cfg", (), {"final_logit_softcapping": 30.0})()
+    assert "final_logit_softcapping" in find_head(capped)[1]
     with pytest.raises(ValueError, match="no output head"):
-        fused_lm_loss(torch.nn.Linear(4, 4), torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long))
+        install(torch.nn.Linear(4, 4))
+
+
+def test_a_hugging_face_causal_lm_gets_the_plain_loss():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=16)
+    torch.manual_seed(0)
+    m = transformers.GPT2LMHeadModel(cfg).eval()
+    x, y = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
+    ref = F.cross_entropy(m(x).logits.flatten(0, 1), y.flatten())
+    assert float(fused_lm_loss(m, x, y, chunk=5)) == pytest.approx(float(ref), rel=1e-5)

@@ -12,23 +12,34 @@ CUDA only, so this torch version is the one that also runs, and is tested, on CP
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+from torch import nn
+
+from rubin.errors import UsageError
 
 # Rows per chunk: 8192 x 50k-vocab fp32 logits are 1.6 GB; small enough to be noise beside the
 # activations, big enough that each chunk's matmul still fills a GPU.
 DEFAULT_CHUNK = 8192
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """The softmax's dtype: fp32 for bf16/fp16/fp32 inputs, fp64 stays fp64."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, target, ignore_index: int, chunk: int):
         n = hidden.shape[0]
-        lse = torch.empty(n, dtype=torch.float32, device=hidden.device)
-        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        wide = torch.promote_types(hidden.dtype, torch.float32)
+        lse = torch.empty(n, dtype=wide, device=hidden.device)
+        total = torch.zeros((), dtype=wide, device=hidden.device)
         valid = target != ignore_index
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
-            logits = (hidden[start:end] @ weight.t()).float()
+            logits = _wide(hidden[start:end] @ weight.t())
             lse[start:end] = torch.logsumexp(logits, dim=-1)
             t = target[start:end].clamp(min=0)
             picked = logits.gather(1, t[:, None]).squeeze(1)
@@ -41,16 +52,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         hidden, weight, target, lse, count = ctx.saved_tensors
-        scale = (grad_out / count).float()
+        scale = _wide(grad_out / count)
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         # fp32 accumulation of the weight gradient over chunks, cast once at the end
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if ctx.needs_input_grad[1] else None
+        grad_w = torch.zeros(weight.shape, dtype=lse.dtype, device=weight.device) if ctx.needs_input_grad[1] else None
         valid = target != ctx.ignore_index
         for start in range(0, hidden.shape[0], ctx.chunk):
             end = min(start + ctx.chunk, hidden.shape[0])
             h = hidden[start:end]
             # d loss / d logits = softmax - onehot(target), zero on ignored rows
-            g = torch.exp((h @ weight.t()).float() - lse[start:end, None])
+            g = torch.exp(_wide(h @ weight.t()) - lse[start:end, None])
             t = target[start:end].clamp(min=0)
             g.scatter_add_(1, t[:, None], torch.full_like(t[:, None], -1, dtype=g.dtype))
             g *= (valid[start:end, None] * scale)
@@ -58,7 +69,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if grad_h is not None:
                 grad_h[start:end] = g @ weight
             if grad_w is not None:
-                grad_w += (g.t() @ h).float()
+                grad_w += g.t() @ h
         return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
 
 
@@ -82,31 +93,74 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
                                          int(ignore_index), int(chunk))
 
 
-def find_head(model) -> tuple[object, torch.nn.Linear] | None:
-    """(body, head) of a language model whose head the fused loss can take over, else None.
+class FusedHead(nn.Linear):
+    """An ``nn.Linear`` head that, while it holds the step's targets, returns the loss instead of logits.
 
-    Known: rubin's LMs (``hidden(idx)`` plus ``lm_head``) and Hugging Face causal LMs (``model``
-    plus ``lm_head``, the body returning ``last_hidden_state``). A head with a bias or a model that
-    scales or soft-caps its logits is not a plain linear and is refused.
+    ``install`` turns a model's ``lm_head`` into one in place (its class only: the same weight, tied
+    or not, the same state dict keys), so the loss is computed inside the model's own forward and
+    DDP's and FSDP's forward hooks run as usual. Without targets (evaluation, generation) it is the
+    plain Linear.
+    """
+
+    target: torch.Tensor | None = None
+    chunk: int = DEFAULT_CHUNK
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.target is None:
+            return super().forward(hidden)
+        if hidden.shape[:-1] != self.target.shape:
+            raise UsageError(f"model.fused_loss: the head gets hidden states of shape {tuple(hidden.shape)} but the "
+                             f"targets are {tuple(self.target.shape)} (the model slices positions before its head); "
+                             "set model.fused_loss=false")
+        return linear_cross_entropy(hidden, self.weight, self.target, chunk=self.chunk)
+
+
+def find_head(model: nn.Module) -> tuple[nn.Linear | None, str]:
+    """(head, "") when the fused loss can take over the model's ``lm_head``, else (None, why not).
+
+    Known heads: rubin's language models and Hugging Face causal LMs, whose ``lm_head`` is a Linear
+    without bias fed the hidden state of every position. Models that scale or soft-cap the logits
+    after the head (Gemma 2's final_logit_softcapping, Cohere's logit_scale) are refused.
     """
     head = getattr(model, "lm_head", None)
-    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
-        return None
-    if callable(getattr(model, "hidden", None)):
-        return model.hidden, head
+    if not isinstance(head, nn.Linear):
+        return None, f"{type(model).__name__} has no lm_head Linear"
+    if type(head) not in (nn.Linear, FusedHead):
+        return None, f"its lm_head is a {type(head).__name__}, not a plain Linear"
+    if head.bias is not None:
+        return None, "its lm_head has a bias"
     config = getattr(model, "config", None)
-    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
-        return None
-    body = getattr(model, "model", None)
-    if isinstance(body, torch.nn.Module):
-        return (lambda idx: body(input_ids=idx).last_hidden_state), head
-    return None
+    for key in ("final_logit_softcapping", "logit_scale", "output_multiplier_scale"):
+        if getattr(config, key, None):
+            return None, f"its config transforms the logits after the head ({key})"
+    return head, ""
+
+
+def install(model: nn.Module, chunk: int = DEFAULT_CHUNK) -> FusedHead:
+    """Make ``model.lm_head`` a FusedHead (see ``find_head`` for which heads qualify)."""
+    head, why = find_head(model)
+    if head is None:
+        raise ValueError(f"no output head the fused loss knows: {why}")
+    head.__class__ = FusedHead  # a subclass with no state of its own: the module keeps its weight and hooks
+    head.chunk = int(chunk)
+    return head
+
+
+@contextlib.contextmanager
+def targets(head: FusedHead, target: torch.Tensor):
+    """While inside, ``head`` returns the loss against ``target``."""
+    head.target = target
+    try:
+        yield
+    finally:
+        head.target = None
 
 
 def fused_lm_loss(model, idx: torch.Tensor, target: torch.Tensor, *, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
-    """Next-token loss of ``model`` on ``idx`` through its head without the full logits."""
-    found = find_head(model)
-    if found is None:
-        raise ValueError(f"{type(model).__name__} has no output head the fused loss knows")
-    body, head = found
-    return linear_cross_entropy(body(idx), head.weight, target, chunk=chunk)
+    """Next-token loss of ``model`` on ``idx`` through its own forward, without the full logits."""
+    head = install(model, chunk)
+    with targets(head, target):
+        out = model(idx)
+    if isinstance(out, (tuple, list)):
+        return out[0]
+    return getattr(out, "logits", out)  # a Hugging Face output carries the loss where the logits were
