@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rubin.workloads import DataInfo, build_model
 from rubin.errors import UsageError
+from rubin.workloads import DataInfo, build_model
 from rubin.workloads.fused_loss import FusedHead, find_head, fused_lm_loss, install, linear_cross_entropy
 
 
