@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -51,6 +51,8 @@ class ModelConfig(_Section):
     name: str = Field("vit", description="reference model: vit, resnet, gpt, llama, mlp (ignored when import is set)")
     import_: Optional[str] = Field(None, alias="import", description="'pkg.module:function' returning an nn.Module")
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the model builder")
+    fused_loss: Union[bool, Literal["auto"]] = Field("auto", description="head + cross-entropy in chunks, without the full "
+                                                     "logits: auto = on CUDA for a known lm_head (rubin's LMs, HF causal LMs)")
 
 
 class DataConfig(_Section):
@@ -94,7 +96,8 @@ class DistributedConfig(_Section):
     activation_checkpointing: bool = Field(False, description="recompute each block's activations in backward")
     blocks: Optional[str] = Field(None, description="the units for FSDP and activation checkpointing: class names (GPT2Block) "
                                   "or module paths (transformer.h), comma-separated (default: found automatically, see docs/byom.md)")
-    compile: bool = Field(False, description="torch.compile the model")
+    compile: Union[bool, Literal["auto"]] = Field("auto", description="torch.compile each block (regional): auto = on CUDA; "
+                                                 "a model that fails to compile trains eagerly after one warning")
 
 
 class CheckpointConfig(_Section):
@@ -129,7 +132,8 @@ class Config(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
-    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32, bf16 autocast, or fp16 autocast with GradScaler")
+    precision: Literal["fp32", "bf16", "fp16", "fp8"] = Field("fp32", description="fp32, bf16 autocast, fp16 autocast with "
+                                                             "GradScaler, or fp8 (torchao float8 Linears + bf16; GPUs sm89+)")
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
@@ -161,7 +165,7 @@ RESUMABLE_CHANGES = {
     "run.max_steps", "run.epochs", "run.eval_every_steps", "run.dir", "run.device", "run.gc_every_steps",
     "data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor",
     "data.eval_batch_size", "data.micro_batch_size", "distributed.strategy", "distributed.backend",
-    "distributed.timeout_s", "distributed.compile", "optim.impl",
+    "distributed.timeout_s", "distributed.compile", "optim.impl", "model.fused_loss",
     "checkpoint", "telemetry", "faults.hang_timeout_s", "launch",
 }
 

@@ -25,7 +25,7 @@ def refuse_unless_supported(device) -> None:
     if getattr(device, "type", None) != "cuda":
         raise UsageError("precision=fp8 needs an NVIDIA GPU with float8 tensor cores (compute capability 8.9+: "
                          f"Ada, Hopper, Blackwell) and this run is on {getattr(device, 'type', device)}; "
-                         "use precision=bf16 (or amp-bf16) here")
+                         "use precision=bf16 here")
     if not dev.fp8_matmul_supported(device):
         cap = dev.capability(device)
         where = f"{dev.device_name(device)}, capability {cap[0]}.{cap[1]}" if cap else dev.device_name(device)

@@ -81,3 +81,5 @@ class Prefetcher:
         if close is not None:
             close()
         self._next = None
+
+    _shutdown_workers = close  # what the trainer's exit paths call on a DataLoader iterator

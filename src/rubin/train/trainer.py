@@ -18,7 +18,8 @@ import time
 import torch
 
 from rubin.errors import ExitCode, RubinError
-from rubin.train import build, distributed
+from rubin.platform import device as dev
+from rubin.train import build, distributed, speedups
 from rubin.train.blocks import find_blocks, missing_warning
 from rubin.train.checkpointing import Checkpointer, TrainState, reseed
 from rubin.train.console import Console
@@ -120,11 +121,12 @@ class Trainer:
         if self.flops.source == "unavailable":
             self._warn(f"could not count the model's FLOPs ({self.flops.detail}): MFU is not reported; "
                        "give the model a flops_per_sample attribute or method")
+        self.speed = speedups.prepare(cfg, model, info.device, self.task, self.run.path)  # fp8, fused loss, compile
         self.objective = Objective(self.task, self.data_info.vocab_size if self.task == "lm" else self.data_info.num_classes,
-                                   model, warn=self._warn)
+                                   model, warn=self._warn, head=self.speed.head)
         self.strategy = Strategy(
             name, model, info, blocks=self._blocks(found_blocks, name),
-            compile=cfg.distributed.compile, act_ckpt=cfg.distributed.activation_checkpointing,
+            compile=self.speed.compile, act_ckpt=cfg.distributed.activation_checkpointing,
         )
         self.optimizer = build_optimizer(self.strategy.model, cfg.optim, info.device)
         self.state = TrainState(self.strategy, self.optimizer, build_scheduler(self.optimizer, cfg.optim, self.total_steps),
@@ -240,7 +242,10 @@ class Trainer:
                 batches = self._next_batches()
                 if batches is None:
                     continue
-                if self._train_step(batches) == "stop":
+                if speedups.first_step(self.speed, lambda: self._train_step(batches), self.strategy.compiled,
+                                       reset=lambda: self.optimizer.zero_grad(set_to_none=True),
+                                       sync=lambda: dev.synchronize(info.device), warn=self._warn,
+                                       exclude_time=self.telemetry.exclude_time) == "stop":
                     status, reason = "preempted", self.faults.stop_reason
                     break
                 gc_policy.step(self.loop.step)
@@ -254,7 +259,7 @@ class Trainer:
         loop = self.loop
         if not hasattr(self, "_iter"):
             self.sampler.set_epoch(loop.epoch, loop.sample_in_epoch)
-            self._iter = iter(self.loader)
+            self._iter = speedups.batches(self.loader, self.info.device)  # on CUDA: the next batch copied ahead
         self.faults.beat(loop.step, "data")  # steps done so far: a rank stuck here shows as behind its peers
         t0 = time.perf_counter()
         try:
@@ -354,7 +359,7 @@ class Trainer:
         self.telemetry.drop_losses()  # the interval's losses include the steps being undone
         self.faults.rewind(self.loop.step)
         self.sampler.set_epoch(self.loop.epoch, self.loop.sample_in_epoch)
-        self._iter = iter(self.loader)
+        self._iter = speedups.batches(self.loader, self.info.device)
 
     def _evaluate(self, step: int) -> dict | None:
         if self.eval_loader is None:
@@ -402,6 +407,7 @@ class Trainer:
             "run_dir": str(self.run.path),
             "checkpoint": str(latest[1]) if latest else None,
             **self.flops.as_dict(),
+            **self.speed.summary(),  # compile_s on its own: it is not in samples_per_s or mfu
         }
         self.run.write_summary(summary)
         if status == "preempted":
