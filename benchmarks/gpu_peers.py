@@ -156,9 +156,10 @@ def run_once(a, side: str, steps: int, cache: str) -> dict:
         except ValueError:
             continue
     peak = doc.get("peak_gb")
-    if peak is None and isinstance(doc.get("mem"), dict):
-        peak = doc["mem"].get("peak_gb")
-    return {"side": side, "steps": steps, "wall_s": wall, "peak_gb": peak, "compile_s": doc.get("compile_s")}
+    if peak is None and doc.get("peak_mem_bytes"):  # rubin's summary
+        peak = doc["peak_mem_bytes"] / 1e9 if doc.get("device", "").startswith("cuda") else None
+    return {"side": side, "steps": steps, "wall_s": wall, "peak_gb": peak,
+            "compile_s": (doc.get("compile") or {}).get("compile_s")}
 
 
 def available(side: str) -> str | None:

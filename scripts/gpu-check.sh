@@ -8,14 +8,17 @@
 #   bash scripts/gpu-check.sh                       # on the GPU node
 #   GPU_CHECK_CPU=1 bash scripts/gpu-check.sh       # the same command lines, CPU-sized: checks the script itself
 #
-# BUDGET_S (default 540) bounds the whole run: each step gets its own timeout, cut to what is left.
+#   SUITE=speed bash scripts/gpu-check.sh           # only the speed figures (peers, fp8, fused loss, compile cache): ~420 s
+#
+# BUDGET_S (default 540; 420 for SUITE=speed) bounds the whole run: each step gets its own timeout, cut to what is left.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 PY=${PY:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
-BUDGET_S=${BUDGET_S:-540}
+SUITE=${SUITE:-all}
+if [ "$SUITE" = speed ]; then BUDGET_S=${BUDGET_S:-420}; else BUDGET_S=${BUDGET_S:-540}; fi
 START=$(date +%s)
 CPU=${GPU_CHECK_CPU:-0}
 
@@ -52,6 +55,24 @@ GPT=("$PY" -m rubin train --quiet --json
   --set checkpoint.every_steps=null --set checkpoint.save_final=false)
 
 : > "$OUT/steps.tsv"
+if [ "$SUITE" = speed ]; then
+  # GPT-124M: rubin (defaults) vs the nanoGPT-style fused loop, fresh processes, 3 rounds (~100 s on an H200)
+  if [ "$CPU" = 1 ]; then SMALL=--small; NOCOMPILE=--no-compile; else SMALL=; NOCOMPILE=; fi
+  step gpu-peers.jsonl        130 "$PY" benchmarks/gpu_peers.py --sides rubin,plain --budget-s 100 $SMALL
+  step fp8-llama.jsonl         90 "$PY" benchmarks/fp8_llama.py --budget-s 70 $SMALL $NOCOMPILE
+  step fused-loss-memory.jsonl 60 "$PY" benchmarks/fused_loss_memory.py --budget-s 40 $SMALL
+  # compile on a cold cache, then the same run again on the warm one (a requeued run): compile_s of each
+  export TORCHINDUCTOR_CACHE_DIR="$OUT/inductor-cache"
+  step compile-cold.json       90 "${GPT[@]}" --set run.max_steps=20 --set "run.dir=$OUT/run-compile-cold"
+  step compile-warm.json       45 "${GPT[@]}" --set run.max_steps=20 --set "run.dir=$OUT/run-compile-warm"
+  unset TORCHINDUCTOR_CACHE_DIR
+  step pytest-gpu-speed.txt    40 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests/train/test_gpu_speed_units.py
+  "$PY" benchmarks/speed_figures.py "$OUT" > "$OUT/figures.txt" 2>&1
+  cat "$OUT/figures.txt"
+  echo "steps (name, rc, seconds):"; cat "$OUT/steps.tsv"
+  echo "total $(( $(date +%s) - START )) s, results in $OUT"
+  exit 0
+fi
 step nvidia-smi.txt       20  nvidia-smi
 step topo.txt             20  nvidia-smi topo -m
 step env.json             60  "$PY" -m rubin env --json
