@@ -35,6 +35,9 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
                         "(torch.autocast over fp32 weights, as rubin train precision=bf16), fp32, bf16 (pure)")
     t.add_argument("--optimizer", default="adamw", help="adamw (default, 12 B/param fp32 state), sgd-momentum, sgd, adam8bit")
     t.add_argument("--activation-checkpointing", default="none", help="none (default), selective, full")
+    t.add_argument("--fused-loss", action="store_true",
+                   help="the chunked head + cross-entropy (rubin train's model.fused_loss, on by default on CUDA for "
+                        "gpt, llama and HF causal LMs): no full logits")
     t.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=True,
                    help="SDPA/flash attention: no s^2 score matrices (default on)")
     t.add_argument("--conservative", nargs="?", const="deepspeed", default=None, metavar="VERSION",

@@ -123,7 +123,7 @@ def memory_request(args):
                          checkpointing=args.activation_checkpointing, flash=args.flash_attention,
                          usable_fraction=args.usable_fraction, overhead_gib=args.overhead_gib,
                          conservative=args.conservative, host_memory_gib=host, notes=notes,
-                         grad_accumulation=args.grad_accumulation)
+                         grad_accumulation=args.grad_accumulation, fused_loss=bool(getattr(args, "fused_loss", False)))
 
 
 def detected_host_memory_gib() -> float | None:
