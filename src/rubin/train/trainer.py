@@ -242,10 +242,7 @@ class Trainer:
                 batches = self._next_batches()
                 if batches is None:
                     continue
-                if speedups.first_step(self.speed, lambda: self._train_step(batches), self.strategy.compiled,
-                                       reset=lambda: self.optimizer.zero_grad(set_to_none=True),
-                                       sync=lambda: dev.synchronize(info.device), warn=self._warn,
-                                       exclude_time=self.telemetry.exclude_time) == "stop":
+                if self._step(batches) == "stop":
                     status, reason = "preempted", self.faults.stop_reason
                     break
                 gc_policy.step(self.loop.step)
@@ -253,6 +250,15 @@ class Trainer:
             gc_policy.stop()
             self.console.close()
         return self._finish(status, reason)
+
+    def _step(self, batches) -> str | None:
+        if not self.speed.pending_first_step:
+            return self._train_step(batches)
+        # the first step after compiling: timed on its own, eager again if the compiler fails
+        return speedups.first_step(self.speed, lambda: self._train_step(batches), self.strategy.compiled,
+                                   reset=lambda: self.optimizer.zero_grad(set_to_none=True),
+                                   sync=lambda: dev.synchronize(self.info.device), warn=self._warn,
+                                   exclude_time=self.telemetry.exclude_time)
 
     def _next_batches(self):
         """The micro-batches of one optimizer step; None at an epoch boundary or a skipped data window."""
