@@ -84,3 +84,22 @@ def test_sigkill_with_the_fused_loss_resumes_bit_identically(tmp_path):
     assert s["fused_loss"] is True and s["steps"] == 12
     assert s["param_digest"] == summary(tmp_path / "ref")["param_digest"]
     assert json.dumps([e["kind"] for e in events(tmp_path / "run")]).count("resume") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_ranks_with_the_fused_loss_follow_one_process_without_it(tmp_path, strategy):
+    from trainhelp import losses
+    from utils import run_torchrun
+
+    gpt = ["model.name=gpt", "model.args={n_layer: 2, n_head: 2, n_embd: 32}", *LLAMA[2:]]
+    one = invoke(train_args(tmp_path / "one", gpt, "model.fused_loss=false"))
+    assert one.exit_code == 0, one.stderr
+    p = run_torchrun(2, train_args(tmp_path / strategy, gpt, "model.fused_loss=true", f"distributed.strategy={strategy}"),
+                     timeout=240)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    s = summary(tmp_path / strategy)
+    assert s["fused_loss"] is True and s["world_size"] == 2
+    a, b = losses(tmp_path / "one"), losses(tmp_path / strategy)
+    assert len(a) == len(b) == 3  # logged every 2 of 6 steps
+    assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4  # gradients were synced through the fused head
