@@ -184,7 +184,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sides", default="rubin,plain", help=f"comma-separated, from {', '.join(SIDES)}")
     ap.add_argument("--short", type=int, default=None, help="steps of the short process (default 10; 10 with --small)")
-    ap.add_argument("--long", type=int, default=None, help="steps of the long process (default 30; 40 with --small)")
+    ap.add_argument("--long", type=int, default=None, help="steps of the long process (default 30; 160 with --small: CPU start-up noise "
+                    "needs the longer span)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=100, help="no new round starts after this (3 rounds still run)")
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each process (CPU)")
@@ -199,7 +200,7 @@ def main() -> None:
         return
     if a.rounds < 3:
         ap.error(f"--rounds={a.rounds}: at least 3 (alternating order needs it to mean anything)")
-    short, long_ = a.short or 10, a.long or (40 if a.small else 30)
+    short, long_ = a.short or 10, a.long or (160 if a.small else 30)
     sides = [s.strip() for s in a.sides.split(",") if s.strip()]
     bad = [s for s in sides if s not in SIDES]
     if bad:
