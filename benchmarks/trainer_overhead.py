@@ -119,7 +119,7 @@ def plain_side(cfg, device: torch.device) -> tuple[float, float]:
     torch.manual_seed(cfg.run.seed)
     train_ds, _, info = workloads.build_data(cfg.data.name, None, dict(cfg.data.args), seed=0, cache_dir=None)
     model = workloads.build_model(cfg.model.name, dict(cfg.model.args), info).to(device)
-    opt = build_optimizer(model, cfg.optim)
+    opt = build_optimizer(model, cfg.optim, device)
     sched = build_scheduler(opt, cfg.optim, cfg.run.max_steps)
     cuda = device.type == "cuda"
     loader = torch.utils.data.DataLoader(train_ds, batch_size=cfg.data.batch_size, shuffle=True, drop_last=True, pin_memory=cuda)

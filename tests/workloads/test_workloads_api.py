@@ -19,7 +19,7 @@ def test_importing_the_package_does_not_import_torch():
     code = "import sys, rubin.workloads as w; assert 'torch' not in sys.modules, 'torch'; print(sorted(w.MODELS))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['gpt', 'mlp', 'resnet', 'vit']"
+    assert out.stdout.strip() == "['gpt', 'llama', 'mlp', 'resnet', 'vit']"
 
 
 def test_no_module_touches_cuda():
@@ -33,7 +33,7 @@ def test_modules_stay_small():
 
 
 def test_tables_hold_every_documented_name():
-    assert set(workloads.MODELS) == {"vit", "resnet", "gpt", "mlp"}
+    assert set(workloads.MODELS) == {"vit", "resnet", "gpt", "llama", "mlp"}
     assert set(workloads.DATASETS) == {"digits", "synthetic_images", "synthetic_tokens", "synthetic",
                                        "image_folder", "cifar10", "tokens"}
 

@@ -177,7 +177,7 @@ def test_flops_of_user_models():
 
 
 def test_unknown_model_suggests_the_name():
-    with pytest.raises(UsageError, match=r"model\.name='vitt' .*did you mean 'vit'.*allowed: vit, resnet, gpt, mlp"):
+    with pytest.raises(UsageError, match=r"model\.name='vitt' .*did you mean 'vit'.*allowed: vit, resnet, gpt, llama, mlp"):
         build_model("vitt", {}, DIGITS)
 
 

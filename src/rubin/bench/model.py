@@ -1,4 +1,4 @@
-"""Model benchmarks: the reference workloads of ``rubin train`` (ViT, ResNet-50, GPT ~124M) at
+"""Model benchmarks: the reference workloads of ``rubin train`` (ViT, ResNet-50, GPT ~124M, Llama 1B) at
 fixed configs per precision, run through the real training loop (``rubin.train.trainer.train``).
 
 Reported per workload: samples/s and tokens/s (median over logged intervals), median and p90 step
@@ -29,6 +29,9 @@ WORKLOADS_GPU = {
     "gpt124m": ["model.name=gpt", "model.args={n_layer: 12, n_head: 12, n_embd: 768, vocab_size: 50304}",
                 "data.name=synthetic_tokens", "data.args={num_samples: 4096, seq_len: 1024, vocab_size: 50304}",
                 "data.batch_size=16"],
+    # Llama-3.2-1B's body (GQA, SwiGLU, RoPE) with a 32k head: the kind of model a new node trains today
+    "llama1b": ["model.name=llama", "model.args={size: 1b}", "data.name=synthetic_tokens",
+                "data.args={num_samples: 2048, seq_len: 2048, vocab_size: 32000}", "data.batch_size=8"],
 }
 WORKLOADS_CPU = {
     "vit": ["model.name=vit", "model.args={patch_size: 4, dim: 64, depth: 2, heads: 4}", "data.name=synthetic_images",
@@ -37,15 +40,17 @@ WORKLOADS_CPU = {
                  "data.args={num_samples: 512, image_size: 32}", "data.batch_size=16"],
     "gpt124m": ["model.name=gpt", "model.args={n_layer: 2, n_head: 4, n_embd: 64}", "data.name=synthetic_tokens",
                 "data.args={num_samples: 1024, seq_len: 64, vocab_size: 256}", "data.batch_size=16"],
+    "llama1b": ["model.name=llama", "model.args={size: tiny}", "data.name=synthetic_tokens",
+                "data.args={num_samples: 1024, seq_len: 64, vocab_size: 256}", "data.batch_size=16"],
 }
 COMMON = ["checkpoint.save_final=false", "run.eval_every_steps=0", "telemetry.sinks=[jsonl]"]
 
 
 def defaults(quick: bool, ctx) -> dict:
     if ctx.gpu_count == 0:
-        return {"workloads": ["vit", "gpt124m"] if quick else ["vit", "resnet50", "gpt124m"], "precisions": ["fp32"],
+        return {"workloads": ["vit", "gpt124m"] if quick else ["vit", "resnet50", "gpt124m", "llama1b"], "precisions": ["fp32"],
                 "steps": 10 if quick else 40, "log_every": 2 if quick else 5, "repeats": 1 if quick else 3, "extra": []}
-    return {"workloads": ["vit", "gpt124m"] if quick else ["vit", "resnet50", "gpt124m"], "precisions": ["bf16"],
+    return {"workloads": ["vit", "gpt124m"] if quick else ["vit", "resnet50", "gpt124m", "llama1b"], "precisions": ["bf16"],
             "steps": 30 if quick else 100, "log_every": 5 if quick else 10, "repeats": 1 if quick else 3, "extra": []}
 
 

@@ -14,7 +14,7 @@ from rubin.errors import UsageError
 
 def _memory_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model (one of: --workload, --config, --params, or --hidden/--layers/--heads)")
-    g.add_argument("--workload", help="reference workload: gpt, vit, resnet18, resnet50, mlp")
+    g.add_argument("--workload", help="reference workload: gpt, llama, llama1b, llama8b, vit, resnet18, resnet50, mlp")
     g.add_argument("--config", metavar="PATH", help="a Hugging Face style config.json (or its folder)")
     g.add_argument("--params", type=float, help="raw parameter count, e.g. 7e9 (activations are then not counted)")
     g.add_argument("--largest-layer-params", type=float, help="parameters of the largest layer (the ZeRO-3 gathered unit)")
@@ -35,6 +35,9 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
                         "(torch.autocast over fp32 weights, as rubin train precision=bf16), fp32, bf16 (pure)")
     t.add_argument("--optimizer", default="adamw", help="adamw (default, 12 B/param fp32 state), sgd-momentum, sgd, adam8bit")
     t.add_argument("--activation-checkpointing", default="none", help="none (default), selective, full")
+    t.add_argument("--fused-loss", action="store_true",
+                   help="the chunked head + cross-entropy (rubin train's model.fused_loss, on by default on CUDA for "
+                        "gpt, llama and HF causal LMs): no full logits")
     t.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=True,
                    help="SDPA/flash attention: no s^2 score matrices (default on)")
     t.add_argument("--conservative", nargs="?", const="deepspeed", default=None, metavar="VERSION",

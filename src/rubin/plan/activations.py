@@ -63,6 +63,8 @@ def _layer_stats(s: int, b: int, a: int, flash: bool, regime: str) -> float:
     return s * b * (2 * size("norm_stats", regime) + (a * size("attention_lse", regime) if flash else 0.0))
 
 
+FUSED_CHUNK = 8192  # rubin.workloads.fused_loss.DEFAULT_CHUNK (the planner does not import torch code)
+
 @dataclass(frozen=True)
 class Activations:
     layers: float  # all layers' saved activations
@@ -70,11 +72,12 @@ class Activations:
     extra: float  # outside the layers: inputs, final norm, head input
     logits: float  # the output-layer spike at the start of backward
     block_grad: float = 0.0  # in the first block's backward: the gradient of its widest (ffn) tensor
+    fused: bool = False  # the fused loss: ``logits`` is one chunk's, and nothing of it is saved
 
     @property
     def saved(self) -> float:
         """What autograd holds after forward: layers, extras and the fp32 log-probs (4 of the 12 B per logit)."""
-        return self.layers + self.extra + self.logits / 3.0
+        return self.layers + self.extra + (0.0 if self.fused else self.logits / 3.0)
 
     @property
     def total(self) -> float:
@@ -85,12 +88,17 @@ class Activations:
     def as_dict(self) -> dict:
         return {"layers_bytes": self.layers, "recompute_bytes": self.recompute, "extra_bytes": self.extra,
                 "logits_bytes": self.logits, "block_grad_bytes": self.block_grad, "saved_bytes": self.saved,
-                "peak_bytes": self.total}
+                "peak_bytes": self.total, "fused_loss": self.fused}
 
 
 def activations(model: ModelShape, micro_batch: int, *, checkpointing: str = "none", flash: bool = True,
-                regime: str = "half") -> Activations:
-    """Activation bytes on one GPU for ``micro_batch`` samples (no tensor/pipeline parallelism)."""
+                regime: str = "half", fused_loss: bool = False) -> Activations:
+    """Activation bytes on one GPU for ``micro_batch`` samples (no tensor/pipeline parallelism).
+
+    ``fused_loss``: the head and cross-entropy run in chunks of FUSED_CHUNK tokens (rubin's fused
+    loss): the spike is one chunk's logits plus the head's fp32 gradient accumulator, and autograd
+    keeps one fp32 log-sum-exp per token instead of the log-probs.
+    """
     b = micro_batch
     logit = size("logit", regime)
     if model.kind in ("cnn", "mlp") and model.act_bytes_per_sample is not None:
@@ -119,10 +127,14 @@ def activations(model: ModelShape, micro_batch: int, *, checkpointing: str = "no
     if model.lm_head:
         extra += 2 * s * b * size("token_ids", regime)  # input ids and targets
     logits = rows * (model.vocab or 0) * logit
+    fused = bool(fused_loss and model.lm_head and model.vocab)
+    if fused:
+        logits = min(rows, FUSED_CHUNK) * model.vocab * logit + model.vocab * h * 4
+        extra += rows * 4
     # the residual stream's gradient replaces the final norm's (freed) input, same size; the MLP's
     # backward adds an ffn-wide gradient (two for a gated MLP) on top of everything still saved
     block_grad = s * b * (model.ffn or 4 * h) * size("matmul_output", regime) * (2 if model.gated_mlp else 1)
-    return Activations(model.layers * per_layer, recompute, extra, logits, block_grad)
+    return Activations(model.layers * per_layer, recompute, extra, logits, block_grad, fused)
 
 
 def _measured(model: ModelShape, b: int, checkpointing: str, logit: float) -> Activations:

@@ -52,7 +52,7 @@ def build(src: Source, seq_len: int):
             raise UsageError(f"import={src.factory!r} returned {type(model).__name__}: it must return a torch.nn.Module")
         return model
     args = dict(src.model_args)
-    if src.workload == "gpt":
+    if src.workload in ("gpt", "llama"):
         args.setdefault("block_size", max(seq_len, src.seq_len or seq_len))
     return workloads.build_model(src.workload, args, _info(src, seq_len))
 

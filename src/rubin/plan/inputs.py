@@ -67,9 +67,9 @@ def measured_shape(args) -> shapes.ModelShape:
             from rubin.errors import bad_choice
 
             raise bad_choice("workload", args.workload, MODELS)
-        task = task or ("lm" if args.workload == "gpt" else "classification")
+        task = task or ("lm" if args.workload in ("gpt", "llama") else "classification")
     task = task or ("lm" if args.vocab else "classification")
-    vocab = args.vocab or (50304 if args.workload == "gpt" else None)
+    vocab = args.vocab or (50304 if args.workload in ("gpt", "llama") else None)
     src = fit.Source(workload=args.workload, factory=args.import_path, model_args=model_args, task=task, vocab=vocab,
                      seq_len=args.seq_len or (1024 if task == "lm" else None),
                      image_shape=(args.channels, args.image_size, args.image_size), classes=args.classes)
@@ -123,7 +123,7 @@ def memory_request(args):
                          checkpointing=args.activation_checkpointing, flash=args.flash_attention,
                          usable_fraction=args.usable_fraction, overhead_gib=args.overhead_gib,
                          conservative=args.conservative, host_memory_gib=host, notes=notes,
-                         grad_accumulation=args.grad_accumulation)
+                         grad_accumulation=args.grad_accumulation, fused_loss=bool(getattr(args, "fused_loss", False)))
 
 
 def detected_host_memory_gib() -> float | None:

@@ -57,6 +57,7 @@ class MemoryRequest:
     # newer); 0 on a CPU.
     library_workspace_bytes: float | None = None
     compute_capability: str | None = None  # "9.0"; None: assume a current (Hopper or newer) GPU
+    fused_loss: bool = False  # rubin's chunked head + cross-entropy: no full logits
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -155,7 +156,7 @@ def evaluate(req: MemoryRequest, strategy: str, micro_batch: int | None = None) 
     ckpt = _checkpointing_for(strategy, req.checkpointing)
     states = model_states(strategy, m.params, req.gpus, gpus_per_node=req.gpus_per_node,
                           largest_layer=m.largest_layer_params or 0.0, bpp=bpp, conservative=req.conservative)
-    act = activations(m, b, checkpointing=ckpt, flash=req.flash, regime=regime)
+    act = activations(m, b, checkpointing=ckpt, flash=req.flash, regime=regime, fused_loss=req.fused_loss)
     accumulating = req.grad_accumulation > 1
     phases = step_phases(states, act, m, regime, accumulating, bpp, ckpt)
     overhead = req.overhead_gib * GIB
@@ -223,7 +224,7 @@ def evaluate_total(req: MemoryRequest, strategy: str, micro_batch: int) -> float
     states = model_states(strategy, m.params, req.gpus, gpus_per_node=req.gpus_per_node,
                           largest_layer=m.largest_layer_params or 0.0, bpp=bpp, conservative=req.conservative)
     ckpt = _checkpointing_for(strategy, req.checkpointing)
-    act = activations(m, micro_batch, checkpointing=ckpt, flash=req.flash, regime=regime)
+    act = activations(m, micro_batch, checkpointing=ckpt, flash=req.flash, regime=regime, fused_loss=req.fused_loss)
     return (max(step_phases(states, act, m, regime, req.grad_accumulation > 1, bpp, ckpt).values())
             + workspace_bytes(req) + req.overhead_gib * GIB)
 
@@ -244,7 +245,7 @@ def plan(req: MemoryRequest) -> dict:
                 "budget_bytes": budget},
         "setup": {"gpus": req.gpus, "gpus_per_node": req.gpus_per_node, "nodes": req.nodes,
                   "micro_batch": req.micro_batch, "precision": req.precision, "optimizer": req.optimizer,
-                  "activation_checkpointing": req.checkpointing, "flash_attention": req.flash,
+                  "activation_checkpointing": req.checkpointing, "flash_attention": req.flash, "fused_loss": req.fused_loss,
                   "conservative": req.conservative, "overhead_gib": req.overhead_gib},
         "strategies": rows,
         "recommended": None,

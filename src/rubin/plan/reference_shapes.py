@@ -13,8 +13,9 @@ import inspect
 from rubin.errors import bad_choice
 from rubin.plan import shapes
 
-WORKLOADS = ("gpt", "vit", "resnet18", "resnet50", "mlp")
-ALIASES = {"resnet": "resnet18"}
+WORKLOADS = ("gpt", "llama", "llama1b", "llama8b", "vit", "resnet18", "resnet50", "mlp")
+ALIASES = {"resnet": "resnet18", "llama125m": "llama"}
+LLAMA_SIZES = {"llama": "125m", "llama1b": "1b", "llama8b": "8b"}
 
 
 def _defaults(cls) -> dict:
@@ -71,6 +72,8 @@ def workload(name: str, *, seq_len: int | None = None, image_size: int = 8, chan
             notes = (f"seq_len {block} > the workload's block_size {cfg.block_size}: planned with a {block}-row position table",)
         flops = 6 * (shape.params - block * shape.hidden) * block + 12 * cfg.n_layer * cfg.n_embd * block * block
         return _with(shape, notes=notes, flops_per_sample=flops, tokens_per_sample=block)
+    if key in LLAMA_SIZES:
+        return _llama(key, seq_len)
     import torch
 
     if key == "vit":
@@ -103,6 +106,18 @@ def workload(name: str, *, seq_len: int | None = None, image_size: int = 8, chan
                              vocab=classes, largest_layer_params=largest,
                              act_bytes_per_sample=_saved_bytes_per_sample(m, x),
                              flops_per_sample=m.flops_per_sample())
+
+
+def _llama(key: str, seq_len: int | None):
+    from rubin.workloads.models.llama import SIZES, llama_flops_per_sample
+
+    cfg = SIZES[LLAMA_SIZES[key]]
+    seq = seq_len or min(cfg.block_size, 2048)
+    shape = shapes.transformer(name=f"{key} (Llama {LLAMA_SIZES[key]})", layers=cfg.n_layer, hidden=cfg.dim,
+                               heads=cfg.n_head, kv_heads=cfg.n_kv_head, ffn=cfg.ffn, vocab=cfg.vocab_size, seq_len=seq,
+                               gated_mlp=True, dropout=False, tied_embeddings=cfg.tie_embeddings,
+                               learned_positions=False, bias=False)
+    return _with(shape, flops_per_sample=llama_flops_per_sample(cfg, seq), tokens_per_sample=seq)
 
 
 def _with(shape, notes=(), **kw):

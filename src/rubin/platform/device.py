@@ -221,6 +221,32 @@ def host_buffer(nbytes: int, *, pinned: bool):
     return torch.empty(int(nbytes), dtype=torch.uint8, pin_memory=bool(pinned) and torch.cuda.is_available())
 
 
+def new_stream(device):
+    """A side CUDA stream on ``device`` (for copies that overlap compute)."""
+    import torch
+
+    return torch.cuda.Stream(device=device)
+
+
+def current_stream(device):
+    import torch
+
+    return torch.cuda.current_stream(device)
+
+
+def stream_context(stream):
+    import torch
+
+    return torch.cuda.stream(stream)
+
+
+def wait_stream(stream) -> None:
+    """Make the current stream wait for the work queued on ``stream`` (no host sync)."""
+    import torch
+
+    torch.cuda.current_stream(stream.device).wait_stream(stream)
+
+
 def fp8_matmul_supported(device) -> bool:
     """``torch._scaled_mm`` with float8_e4m3fn needs CUDA compute capability 8.9 or newer."""
     import torch

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -47,9 +47,11 @@ class RunConfig(_Section):
 
 
 class ModelConfig(_Section):
-    name: str = Field("vit", description="reference model: vit, resnet, gpt, mlp (ignored when import is set)")
+    name: str = Field("vit", description="reference model: vit, resnet, gpt, llama, mlp (ignored when import is set)")
     import_: Optional[str] = Field(None, alias="import", description="'pkg.module:function' returning an nn.Module")
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the model builder")
+    fused_loss: Union[bool, Literal["auto"]] = Field("auto", description="head + cross-entropy in chunks, without the full "
+                                                     "logits: auto = on CUDA for a known lm_head (rubin's LMs, HF causal LMs)")
 
 
 class DataConfig(_Section):
@@ -80,6 +82,8 @@ class OptimConfig(_Section):
     warmup_steps: int = Field(0, ge=0, description="linear warmup steps")
     schedule: Literal["cosine", "linear", "constant"] = Field("cosine", description="decay after warmup")
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="final lr as a fraction of the peak")
+    impl: Literal["auto", "fused", "foreach", "for-loop"] = Field("auto",
+        description="optimizer kernels: auto = fused on CUDA, foreach elsewhere")
     grad_clip: Optional[float] = Field(1.0, gt=0, description="clip the global grad norm (after unscaling under fp16); null: off")
 
 
@@ -91,7 +95,8 @@ class DistributedConfig(_Section):
     activation_checkpointing: bool = Field(False, description="recompute each block's activations in backward")
     blocks: Optional[str] = Field(None, description="the units for FSDP and activation checkpointing: class names (GPT2Block) "
                                   "or module paths (transformer.h), comma-separated (default: found automatically, see docs/byom.md)")
-    compile: bool = Field(False, description="torch.compile the model")
+    compile: Union[bool, Literal["auto"]] = Field("auto", description="torch.compile each block (regional): auto = on CUDA; "
+                                                 "a model that fails to compile trains eagerly after one warning")
 
 
 class CheckpointConfig(_Section):
@@ -138,7 +143,8 @@ class Config(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
-    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32, bf16 autocast, or fp16 autocast with GradScaler")
+    precision: Literal["fp32", "bf16", "fp16", "fp8"] = Field("fp32", description="fp32, bf16 autocast, fp16 autocast with "
+                                                             "GradScaler, or fp8 (torchao float8 Linears + bf16; GPUs sm89+)")
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
@@ -172,7 +178,7 @@ RESUMABLE_CHANGES = {
     "run.max_steps", "run.epochs", "run.eval_every_steps", "run.dir", "run.device", "run.gc_every_steps",
     "data.num_workers", "data.pin_memory", "data.persistent_workers", "data.prefetch_factor",
     "data.eval_batch_size", "data.micro_batch_size", "distributed.strategy", "distributed.backend",
-    "distributed.timeout_s", "distributed.compile",
+    "distributed.timeout_s", "distributed.compile", "optim.impl", "model.fused_loss",
     "checkpoint", "telemetry", "faults.hang_timeout_s", "launch",
 }
 

@@ -186,8 +186,8 @@ def eval_loader(dataset, rank: int, world_size: int, batch: int, cfg, device) ->
 class StepBatches:
     """The micro-batches of each optimizer step, read on from the loop position (``LoopState``)."""
 
-    def __init__(self, loader: DataLoader, sampler: GlobalBatchSampler, plan: BatchPlan):
-        self.loader, self.sampler, self.plan = loader, sampler, plan
+    def __init__(self, loader: DataLoader, sampler: GlobalBatchSampler, plan: BatchPlan, device=None):
+        self.loader, self.sampler, self.plan, self.device = loader, sampler, plan, device
         self.iterator = None
 
     def next(self, loop) -> list | None:
@@ -209,7 +209,7 @@ class StepBatches:
     def restart(self, loop) -> None:
         """Read from LOOP's position on: at the start, a resume, a new epoch, a rollback."""
         self.sampler.set_epoch(loop.epoch, loop.sample_in_epoch)
-        self.iterator = iter(self.loader)
+        self.iterator = batches(self.loader, self.device)
 
     def epoch_float(self, loop) -> float:
         per_epoch = self.sampler.steps_per_epoch() * self.plan.global_batch
@@ -224,9 +224,19 @@ def shut_down_workers(*loaders) -> None:
     """
     for obj in loaders:
         it = getattr(obj, "_iterator", None) if isinstance(obj, DataLoader) else obj
+        it = getattr(it, "_it", it)  # the prefetcher's own DataLoader iterator
         shutdown = getattr(it, "_shutdown_workers", None)
         if shutdown is not None:
             try:
                 shutdown()
             except Exception:  # noqa: BLE001 - already half torn down; the exit-time reaper is the backstop
                 pass
+
+
+def batches(loader: DataLoader, device=None):
+    """The loader's batches; on CUDA through the prefetcher (the next one copied while this step computes)."""
+    if getattr(device, "type", None) != "cuda":
+        return iter(loader)
+    from rubin.train.speed.prefetch import Prefetcher
+
+    return Prefetcher(iter(loader), device)

@@ -96,6 +96,10 @@ def _elastic_store(info: DistInfo, timeout):
 def check_precision(precision: str, device) -> None:
     if precision == "fp16" and device.type != "cuda":
         raise bad_value("precision", "fp16", "fp16 needs a CUDA GPU (GradScaler); on cpu use fp32 or bf16", "set --set precision=bf16")
+    if precision == "fp8":
+        from rubin.train.speed.fp8 import refuse_unless_supported
+
+        refuse_unless_supported(device)
     if precision == "bf16" and not dev.supports_bf16(device):
         raise bad_value("precision", "bf16", f"{dev.device_name(device)} has no bf16 support", "use fp16 or fp32")
 

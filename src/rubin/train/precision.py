@@ -11,7 +11,7 @@ import contextlib
 
 import torch
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}  # fp8: bf16 around the float8 Linears
 
 
 class Precision:

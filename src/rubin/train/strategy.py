@@ -55,7 +55,14 @@ class Strategy:
             wrapped = module
         else:
             wrapped = module
-        self.model = torch.compile(wrapped) if compile else wrapped
+        self.model = wrapped
+        # Regional compile (one block compiled, reused by every layer): compile time stays near one block's.
+        # In place, so state dict keys do not change; without blocks, the whole model in place.
+        self.compiled = (blocks or [module]) if compile else []
+        if compile:
+            from rubin.train.speed.compile import compile_blocks
+
+            compile_blocks(self.compiled)
 
     def no_sync(self, last_micro_step: bool):
         """Skip the gradient all-reduce on every micro-step but the last."""

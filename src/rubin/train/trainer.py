@@ -18,8 +18,10 @@ import time
 import torch
 
 from rubin.errors import Preempted, RubinError
+from rubin.platform import device as dev
 from rubin.platform.fingerprint import fingerprint
 from rubin.train import build, distributed
+from rubin.train import speed as speedups
 from rubin.train.checkpoint.checkpointer import Checkpointer, TrainState, reseed
 from rubin.train.data import GlobalBatchSampler, StepBatches, eval_loader, plan_batches, shut_down_workers, train_loader
 from rubin.train.faults import PreemptionHandler, fault_point
@@ -124,13 +126,13 @@ class Trainer:
         act_ckpt = cfg.distributed.activation_checkpointing
         if not found_blocks and missing_warning(name, act_ckpt):
             self._warn(missing_warning(name, act_ckpt))
-        self.strategy = Strategy(name, model, info, blocks=found_blocks, compile=cfg.distributed.compile,
-                                 act_ckpt=act_ckpt)
-        self.optimizer = build_optimizer(self.strategy.model, cfg.optim)
+        self.speed = speedups.prepare(cfg, model, info.device, self.task, self.run.path)  # fp8, fused loss, compile
+        self.strategy = Strategy(name, model, info, blocks=found_blocks, compile=self.speed.compile, act_ckpt=act_ckpt)
+        self.optimizer = build_optimizer(self.strategy.model, cfg.optim, info.device)
         scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)
         self.state = TrainState(self.strategy, self.optimizer, scheduler, Precision(cfg.precision, info.device))
         loader = train_loader(train_ds, self.sampler, cfg.data, info.device, cfg.run.seed)
-        self.batches = StepBatches(loader, self.sampler, self.plan)
+        self.batches = StepBatches(loader, self.sampler, self.plan, info.device)
         eval_batch = cfg.data.eval_batch_size or self.plan.micro_batch
         self.eval_loader = None if eval_ds is None else eval_loader(eval_ds, info.rank, info.world_size, eval_batch,
                                                                     cfg.data, info.device)
@@ -140,7 +142,7 @@ class Trainer:
                                    tokens_per_sample=self.data_info.tokens_per_sample, precision=cfg.precision)
         fp16 = self.state.precision.scaler is not None
         self.faults = FaultPolicy(cfg, info, self.run, fp16=fp16, preempt=self.preempt, say=self.console.notice)
-        self.objective = self.faults.objective(Objective(self.task, classes, model, warn=self._warn))
+        self.objective = self.faults.objective(Objective(self.task, classes, model, warn=self._warn, head=self.speed.head))
         if self.faults.spikes is not None:
             self.state.extras["spikes"] = self.faults.spikes  # its running median survives a resume or rollback
         self.ckpt = Checkpointer(cfg, info, self.run, self.state, env=self.env, console=self.console,
@@ -236,8 +238,14 @@ class Trainer:
 
     def _step(self, batches) -> str | None:
         """One optimizer step and what follows it; "stop" when the run must end here (preempted)."""
-        step, loss_sum, grad_norm, updated = self._train_step(batches)
-        return self._after_step(step, loss_sum, grad_norm, updated)
+        if self.speed.pending_first_step:  # the first step after compiling: timed on its own, eager if the compiler fails
+            done = speedups.first_step(self.speed, lambda: self._train_step(batches), self.strategy.compiled,
+                                       reset=lambda: self.optimizer.zero_grad(set_to_none=True),
+                                       sync=lambda: dev.synchronize(self.info.device), warn=self._warn,
+                                       exclude_time=self.telemetry.exclude_time)
+        else:
+            done = self._train_step(batches)
+        return self._after_step(*done)
 
     def _train_step(self, batches) -> tuple:
         model, prec, faults, n = self.strategy.model, self.state.precision, self.faults, len(batches)
@@ -344,7 +352,7 @@ class Trainer:
             "fp16_overflow_skips": self.state.precision.skipped_steps,
             "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), "run_dir": str(self.run.path),
             "checkpoint": str(latest[1]) if latest else None, **self.flops.as_dict(),
-            **self.faults.straggler_summary(),
+            **self.faults.straggler_summary(), **self.speed.summary(),  # compile_s: not in samples_per_s or mfu
         }
         self.run.write_summary(summary)
         extra = {"reaction_s": self.faults.reaction_s} if status == "preempted" else {}

@@ -16,6 +16,7 @@ MODELS: dict[str, Callable] = {
     "vit": model_builders.build_vit,
     "resnet": model_builders.build_resnet,
     "gpt": model_builders.build_gpt,
+    "llama": model_builders.build_llama,
     "mlp": model_builders.build_mlp,
 }
 

@@ -115,12 +115,16 @@ def forward(model, x: torch.Tensor, y: torch.Tensor, pass_targets: bool):
 class Objective:
     """The loss the loop minimizes. The first call checks the contract; later calls only compute."""
 
-    def __init__(self, task: str, num_classes: int | None, model, warn: Callable[[str], None] = lambda msg: None):
+    def __init__(self, task: str, num_classes: int | None, model, warn: Callable[[str], None] = lambda msg: None,
+                 head=None):
         self.task, self.num_classes, self.warn = task, num_classes, warn
         self.pass_targets = takes_targets(model)
         self.checked = False
+        self.head = head  # a FusedHead (rubin.workloads.fused_loss): the model's forward returns the loss itself
 
     def __call__(self, model, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self.head is not None:
+            return self._fused(model, x, target)
         logits = logits_of(forward(model, x, target, self.pass_targets))
         if not self.checked:
             message = check_batch(self.task, logits, target, self.num_classes)
@@ -128,6 +132,22 @@ class Objective:
             if message:
                 self.warn(message)
         return cross_entropy(self.task, logits, target)
+
+
+    def _fused(self, model, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        from rubin.workloads.fused_loss import targets
+
+        if not self.checked:  # the logits never exist: check what can be checked without them
+            if target.is_floating_point() or target.dim() != 2:
+                raise UsageError(f"task=lm: targets are {target.dtype} of shape {_shape(target)}; expected (batch, seq_len) "
+                                 "integer token ids")
+            if self.num_classes is not None and self.head.out_features < self.num_classes:
+                raise UsageError(f"task=lm: the model's head outputs {self.head.out_features} logits but the data's vocab "
+                                 f"size is {self.num_classes}; set the model's vocab_size to at least that")
+            self.checked = True
+        with targets(self.head, target):
+            loss = logits_of(forward(model, x, target, self.pass_targets))
+        return loss
 
 
 def cross_entropy(task: str, logits: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:

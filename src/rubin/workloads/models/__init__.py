@@ -1,4 +1,4 @@
-"""Reference models: ViT, ResNet-18/50, GPT, MLP. Each reports its training FLOPs per sample.
+"""Reference models: ViT, ResNet-18/50, GPT, Llama, MLP. Each reports its training FLOPs per sample.
 
 The classes load on first use, so importing ``rubin.workloads`` (for its tables of names)
 does not import torch.
@@ -6,7 +6,8 @@ does not import torch.
 
 import importlib
 
-_WHERE = {"GPT": "gpt", "GPTConfig": "gpt", "MLP": "mlp", "ResNet": "resnet", "ViT": "vit"}
+_WHERE = {"GPT": "gpt", "GPTConfig": "gpt", "Llama": "llama", "LlamaConfig": "llama", "MLP": "mlp", "ResNet": "resnet",
+          "ViT": "vit"}
 __all__ = sorted(_WHERE)
 
 

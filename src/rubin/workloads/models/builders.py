@@ -97,6 +97,47 @@ def build_gpt(info: DataInfo, *, n_layer: int = 12, n_head: int = 12, n_embd: in
     return GPT(cfg, seq_len=info.seq_len)
 
 
+def build_llama(info: DataInfo, *, size: str = "tiny", n_layer: Optional[int] = None, n_head: Optional[int] = None,
+                n_kv_head: Optional[int] = None, dim: Optional[int] = None, ffn: Optional[int] = None,
+                vocab_size: Optional[int] = None, block_size: Optional[int] = None, rope_theta: Optional[float] = None,
+                tie_embeddings: Optional[bool] = None):
+    from dataclasses import replace
+
+    from rubin.workloads.models.llama import SIZES, Llama
+
+    _needs(info, "lm", "llama", "vit, resnet or mlp")
+    if size not in SIZES:
+        raise bad_value(f"{F}.size", size, f"one of {', '.join(SIZES)}", f"--set {F}.size=tiny")
+    base = SIZES[size]
+    given = {"n_layer": n_layer, "n_head": n_head, "n_kv_head": n_kv_head, "dim": dim, "ffn": ffn}
+    for name, v in given.items():
+        if v is not None:
+            positive_int(f"{F}.{name}", v)
+    cfg = replace(base, **{k: int(v) for k, v in given.items() if v is not None})
+    if cfg.dim % cfg.n_head or (cfg.dim // cfg.n_head) % 2:
+        raise bad_value(f"{F}.n_head", cfg.n_head, f"it must divide dim={cfg.dim} into an even head size",
+                        "pick n_head so that dim/n_head is an even whole number")
+    if cfg.n_head % cfg.n_kv_head:
+        raise bad_value(f"{F}.n_kv_head", cfg.n_kv_head, f"a divisor of n_head={cfg.n_head}",
+                        "each kv head is shared by n_head/n_kv_head query heads")
+    vocab = vocab_size or info.vocab_size or cfg.vocab_size
+    if info.vocab_size and vocab < info.vocab_size:
+        raise bad_value(f"{F}.vocab_size", vocab, f"at least the data's vocab size {info.vocab_size}",
+                        f"drop the override or set it >= {info.vocab_size}")
+    block = block_size or max(cfg.block_size, info.seq_len or 0)
+    if info.seq_len and block < info.seq_len:
+        raise bad_value(f"{F}.block_size", block, f"at least the data's seq_len {info.seq_len}",
+                        f"drop the override or set it >= {info.seq_len}")
+    if rope_theta is not None and not float(rope_theta) > 0:
+        raise bad_value(f"{F}.rope_theta", rope_theta, "a positive number", f"--set {F}.rope_theta=500000")
+    if tie_embeddings is not None and not isinstance(tie_embeddings, bool):
+        raise bad_value(f"{F}.tie_embeddings", tie_embeddings, "true or false", f"--set {F}.tie_embeddings=true")
+    cfg = replace(cfg, vocab_size=int(vocab), block_size=int(block),
+                  rope_theta=float(rope_theta if rope_theta is not None else cfg.rope_theta),
+                  tie_embeddings=cfg.tie_embeddings if tie_embeddings is None else tie_embeddings)
+    return Llama(cfg, seq_len=info.seq_len)
+
+
 def build_mlp(info: DataInfo, *, hidden: int = 256, depth: int = 2, dropout: float = 0.0,
               num_classes: Optional[int] = None):
     from rubin.workloads.models.mlp import MLP

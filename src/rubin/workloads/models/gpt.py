@@ -52,8 +52,8 @@ class GPT(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Token ids (B, T) -> logits (B, T, vocab)."""
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids (B, T) -> the final normed hidden states (B, T, n_embd), the head's input."""
         t = idx.shape[1]
         if t > self.config.block_size:
             raise ValueError(f"sequence length {t} exceeds block_size {self.config.block_size}")
@@ -61,7 +61,11 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)
-        return self.lm_head(self.ln_f(x))
+        return self.ln_f(x)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids (B, T) -> logits (B, T, vocab)."""
+        return self.lm_head(self.hidden(idx))
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameters, counting the tied embedding once; ``non_embedding`` drops the position table."""

@@ -1,0 +1,104 @@
+"""Peak memory and step time of a whole training step with the plain head vs the fused linear + cross-entropy.
+
+GPU-sized by default: GPT-124M (and Llama 1B with --model llama1b), seq 1024, micro-batch 32, bf16
+autocast, AdamW; the issue's target is a peak at least 30% lower at the same micro-batch. Each side
+runs in a fresh process (alternating which goes first); peak = the allocator's max allocated over the
+timed steps. One JSON line per side and round, then a summary line with the ratios.
+
+    python benchmarks/fused_loss_memory.py [--model gpt|llama1b] [--batch 32] [--seq 1024] [--rounds 2]
+                                           [--budget-s 40] [--small]   # --small: CPU-sized, checks the script
+
+About 40 s on an H200 for GPT-124M with 2 rounds (start-up included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+
+def child(a) -> dict:
+    import torch
+    from rubin.train.outputs import cross_entropy
+
+    from rubin.platform import device as dev
+    from rubin.workloads import DataInfo, build_model
+    from rubin.workloads.fused_loss import fused_lm_loss
+
+    device = dev.pick_device(0, "cpu" if a.small else "auto")
+    torch.manual_seed(0)
+    vocab = 512 if a.small else 50304
+    args = {"gpt": {"n_layer": 2, "n_head": 2, "n_embd": 64} if a.small else {},
+            "llama1b": {"size": "tiny" if a.small else "1b"}}[a.model]
+    name = "gpt" if a.model == "gpt" else "llama"
+    model = build_model(name, args, DataInfo.lm(a.seq, vocab)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if device.type == "cuda" else {}))
+    x = torch.randint(0, vocab, (a.batch, a.seq), device=device)
+    y = torch.randint(0, vocab, (a.batch, a.seq), device=device)
+    dtype = torch.bfloat16
+
+    def step():
+        with torch.autocast(device.type, dtype=dtype):
+            loss = fused_lm_loss(model, x, y) if a.side == "fused" else cross_entropy("lm", model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    step()  # the optimizer's state exists from here on, as in a long run
+    dev.synchronize(device)
+    dev.reset_peak_memory(device)
+    times = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        dev.synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return {"side": a.side, "model": a.model, "ms_per_step": 1e3 * statistics.median(times),
+            "peak_gb": dev.peak_memory_bytes(device) / 1e9, "loss": float(loss), "device": device.type}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=["gpt", "llama1b"], default="gpt")
+    ap.add_argument("--batch", type=int, default=None, help="micro-batch (default 32; 4 with --small)")
+    ap.add_argument("--seq", type=int, default=None, help="sequence length (default 1024; 64 with --small)")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--budget-s", type=float, default=40, help="no new round starts after this many seconds")
+    ap.add_argument("--small", action="store_true", help="CPU-sized")
+    ap.add_argument("--side", choices=["plain", "fused"], help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    a.batch = a.batch or (4 if a.small else 32)
+    a.seq = a.seq or (64 if a.small else 1024)
+    if a.side:
+        print(json.dumps(child(a)))
+        return
+    start, got = time.time(), {"plain": [], "fused": []}
+    args = [f"--model={a.model}", f"--batch={a.batch}", f"--seq={a.seq}", f"--steps={a.steps}", *(["--small"] if a.small else [])]
+    for r in range(a.rounds):
+        if r and time.time() - start > a.budget_s:
+            break
+        for side in (("plain", "fused") if r % 2 == 0 else ("fused", "plain")):
+            p = subprocess.run([sys.executable, __file__, "--side", side, *args], capture_output=True, text=True)
+            if p.returncode:
+                print(json.dumps({"round": r, "side": side, "error": p.stderr.strip().splitlines()[-1:]}), flush=True)
+                continue
+            row = json.loads(p.stdout.strip().splitlines()[-1])
+            got[side].append(row)
+            print(json.dumps({"round": r, **row}), flush=True)
+    if not (got["plain"] and got["fused"]):
+        raise SystemExit("a side produced no result (see the error lines above)")
+    med = {s: {k: statistics.median(x[k] for x in rows) for k in ("ms_per_step", "peak_gb")} for s, rows in got.items()}
+    print(json.dumps({"summary": True, "model": a.model, "batch": a.batch, "seq": a.seq, "median": med,
+                      "peak_saved": 1 - med["fused"]["peak_gb"] / med["plain"]["peak_gb"],
+                      "speed_fused_over_plain": med["plain"]["ms_per_step"] / med["fused"]["ms_per_step"],
+                      "wall_s": round(time.time() - start, 1)}))
+
+
+if __name__ == "__main__":
+    main()

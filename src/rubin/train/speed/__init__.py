@@ -1,0 +1,87 @@
+"""What ``rubin train`` does to go fast on a GPU, decided once at setup: fp8 layers, the fused loss,
+regional compile (with its cache and its timed first step), and the prefetching data path.
+
+Each choice is ``auto`` by default and is made from the device and the model: on a CPU every one of
+them is off (they cost more there than they save), so the CPU loop is the plain one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rubin.errors import UsageError
+from rubin.train.speed import compile as comp
+
+
+@dataclass
+class Speedups:
+    compile: bool = False
+    head: object = None  # the FusedHead when the fused loss is on
+    fp8_layers: list[str] = field(default_factory=list)
+    report: comp.CompileReport = field(default_factory=comp.CompileReport)
+    pending_first_step: bool = False
+
+    def summary(self) -> dict:
+        return {"compile": {"blocks": self.report.compiled, "compile_s": round(self.report.compile_s, 3),
+                            "fallback": self.report.fallback},
+                "fused_loss": self.head is not None, "fp8_layers": len(self.fp8_layers)}
+
+
+def prepare(cfg, model, device, task: str, run_path: Path | None) -> Speedups:
+    """Convert and mark ``model`` in place (before the strategy wraps it) and return the decisions."""
+    out = Speedups()
+    if cfg.precision == "fp8":
+        from rubin.train.speed import fp8
+
+        out.fp8_layers = fp8.convert(model, device)
+    out.head = _fused_head(cfg.model.fused_loss, model, device, task)
+    out.compile = comp.wanted(cfg.distributed.compile, device)
+    if out.compile:
+        # a requeued or resumed run finds its compiled graphs again (an explicit TORCHINDUCTOR_CACHE_DIR wins)
+        comp.use_cache_dir((run_path / "compile-cache") if run_path is not None else Path(".rubin-compile-cache"))
+        out.pending_first_step = True
+    return out
+
+
+def _fused_head(mode, model, device, task: str):
+    from rubin.workloads.fused_loss import find_head, install
+
+    if mode is False or mode == "false":
+        return None
+    if task != "lm":
+        if mode is True or mode == "true":
+            raise UsageError(f"model.fused_loss=true: the fused loss is for next-token (lm) data and this run's task is "
+                             f"{task}; set model.fused_loss=auto or false")
+        return None
+    head, why = find_head(model)
+    if head is None:
+        if mode is True or mode == "true":
+            raise UsageError(f"model.fused_loss=true: the output head cannot be found ({why}); the fused loss takes over "
+                             "a bias-free lm_head Linear (rubin's LMs, Hugging Face causal LMs); set model.fused_loss=false")
+        return None
+    if mode == "auto" and getattr(device, "type", None) != "cuda":
+        return None  # on a CPU the recomputed head matmul costs more than the memory it saves
+    return install(model)
+
+
+def first_step(speed: Speedups, step, blocks, *, reset, sync, warn, exclude_time):
+    """Run the loop's step; the first one after compiling is timed on its own and falls back to eager
+    with one warning if the compiler fails. Its time is left out of throughput and MFU."""
+    if not speed.pending_first_step:
+        return step()
+    speed.pending_first_step = False
+    speed.report.compiled = len(blocks)
+
+    def retryable():
+        try:
+            return step()
+        except Exception:
+            reset()  # a backward that failed half-way may have left gradients on some parameters
+            raise
+
+    result = comp.first_step(retryable, blocks, speed.report, sync=sync)
+    for message in speed.report.warnings:
+        warn(message)
+    exclude_time(speed.report.compile_s)
+    return result
