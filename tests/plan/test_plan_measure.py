@@ -87,7 +87,8 @@ def test_measure_nanogpt_from_an_import_path_matches_a_real_step_at_the_target()
     print(f"saved {row['activations']['saved_bytes'] / truth.saved_bytes - 1:+.1%}, "
           f"peak {row['total_bytes'] / truth.peak_bytes - 1:+.1%} ({truth.kernel})")
     assert row["activations"]["saved_bytes"] == pytest.approx(truth.saved_bytes, rel=0.03)
-    assert row["total_bytes"] == pytest.approx(truth.peak_bytes, rel=0.05)
+    # the truth is a CPU step: no cuBLAS workspace, which the plan adds for its GPU target
+    assert row["total_bytes"] - row["workspace_bytes"] == pytest.approx(truth.peak_bytes, rel=0.05)
 
 
 def test_measure_hf_gpt2_matches_a_real_step_at_the_target():
@@ -115,7 +116,8 @@ def test_measure_hf_gpt2_matches_a_real_step_at_the_target():
     print(f"saved {row['activations']['saved_bytes'] / truth.saved_bytes - 1:+.1%}, "
           f"peak {row['total_bytes'] / truth.peak_bytes - 1:+.1%} ({truth.kernel})")
     assert row["activations"]["saved_bytes"] == pytest.approx(truth.saved_bytes, rel=0.03)
-    assert row["total_bytes"] == pytest.approx(truth.peak_bytes, rel=0.05)
+    # the truth is a CPU step: no cuBLAS workspace, which the plan adds for its GPU target
+    assert row["total_bytes"] - row["workspace_bytes"] == pytest.approx(truth.peak_bytes, rel=0.05)
 
 
 def test_measure_torchvision_resnet18():
@@ -188,7 +190,8 @@ def test_measure_a_cnn_extrapolates_to_a_real_step_at_the_target():
     print(f"saved {row['activations']['saved_bytes'] / truth.saved_bytes - 1:+.1%}, "
           f"peak {row['total_bytes'] / truth.peak_bytes - 1:+.1%} ({truth.kernel})")
     assert row["activations"]["saved_bytes"] == pytest.approx(truth.saved_bytes, rel=0.03)
-    assert row["total_bytes"] == pytest.approx(truth.peak_bytes, rel=0.05)
+    # the truth is a CPU step: no cuBLAS workspace, which the plan adds for its GPU target
+    assert row["total_bytes"] - row["workspace_bytes"] == pytest.approx(truth.peak_bytes, rel=0.05)
 
 
 def test_cpu_autocast_softmax_in_16_bit_is_corrected_to_cuda_fp32_size():
