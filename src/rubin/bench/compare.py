@@ -49,6 +49,7 @@ def load_rules(path: str | Path | None = None) -> dict:
     if not isinstance(rules, list) or not rules:
         raise bad_value(f"{where}: rules", rules, "a non-empty list of {name, metrics, <criterion>}")
     for i, r in enumerate(rules):
+        _no_unknown_keys(r, RULE_KEYS, f"{where}: rules[{i}]")
         crit = [c for c in CRITERIA if c in r] if isinstance(r, dict) else []
         if not isinstance(r, dict) or not r.get("metrics") or len(crit) != 1:
             raise bad_value(f"{where}: rules[{i}]", r, f"name, metrics (globs) and exactly one of {', '.join(CRITERIA)}")
@@ -56,9 +57,24 @@ def load_rules(path: str | Path | None = None) -> dict:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1e6:
             raise bad_value(f"{where}: rules[{i}].{crit[0]}", value, "a percentage >= 0")
         r.setdefault("name", f"rule {i}")
+    _no_unknown_keys(doc.get("outliers"), OUTLIER_KEYS, f"{where}: outliers")
     doc.setdefault("outliers", {})
     doc.setdefault("env_ignore", [])
     return doc
+
+
+RULE_KEYS = ("name", "metrics", *CRITERIA)
+OUTLIER_KEYS = ("max_below_peer_median_pct", "metrics")
+
+
+def _no_unknown_keys(entry, allowed: tuple, where: str) -> None:
+    """A misspelt key (``within_pc``) would silently drop a criterion: refuse it with a did-you-mean."""
+    from rubin.errors import did_you_mean
+
+    unknown = sorted(set(entry) - set(allowed)) if isinstance(entry, dict) else []
+    if unknown:
+        raise UsageError(f"{where}: unknown key {str(unknown[0])!r}{did_you_mean(unknown[0], allowed)}; "
+                         f"keys allowed: {', '.join(allowed)}")
 
 
 def _rule_for(key: str, rules: list[dict]) -> dict | None:

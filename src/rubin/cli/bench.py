@@ -44,7 +44,7 @@ def out_paths(out_arg: str | None, plot_arg: str | None, no_plot: bool, stamp: s
     """(results path, plot path or None), both checked before anything runs.
 
     ``--out DIR`` (an existing directory) puts the results file inside it, as ``cp`` would; a
-    missing or unwritable parent, or a plot type matplotlib cannot write, is refused up front.
+    missing or unwritable folder, or a plot type matplotlib cannot write, is refused up front.
     """
     from pathlib import Path
 
@@ -55,7 +55,9 @@ def out_paths(out_arg: str | None, plot_arg: str | None, no_plot: bool, stamp: s
     out = Path(out_arg) if out_arg else Path(name)
     if out.is_dir():
         out = out / name
-    problem = dir_problem(out.parent)  # a missing folder is created later; one that cannot be is refused now
+    if not out.parent.exists() and not out.parent.is_symlink():  # a typo in a path must not become new folders
+        raise bad_value("--out", out_arg, f"the folder {str(out.parent)!r} does not exist", "create it first, or fix the path")
+    problem = dir_problem(out.parent)
     if problem:
         raise bad_value("--out", out_arg, f"its folder cannot hold the results: {problem}", "pick a path in a writable folder")
     if no_plot:
@@ -136,7 +138,7 @@ def run(args) -> int:
 
     from rich.console import Console
 
-    from rubin.errors import ExitCode, bad_value
+    from rubin.errors import ExitCode, UsageError, bad_value
 
     if args.list_gpus or args.gpu:
         return _catalog(args)
@@ -145,6 +147,10 @@ def run(args) -> int:
 
         raise bad_choice("SUITE", args.suite, CHOICES)
     overrides = _overrides(args.overrides)
+    idle = [s for s in overrides if args.suite not in ("all", s)]  # a --set that changes nothing is a mistake
+    if idle:
+        raise UsageError(f"--set {idle[0]}.* is for a suite this command does not run (it runs {args.suite}); "
+                         f"run 'rubin bench {idle[0]}', or drop the --set")
     if args.ranks is not None:
         if args.ranks < 2:
             raise bad_value("--ranks", args.ranks, "at least 2", "a collective needs peers")
