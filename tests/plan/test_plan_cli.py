@@ -238,3 +238,20 @@ def test_pure_bf16_has_its_own_name():
     assert res.exit_code == 0 and json.loads(res.stdout)["setup"]["precision"] == "pure-bf16"
     res = invoke(["plan", "memory", "--params", "1e9", "--precision", "bf16x"])
     assert res.exit_code == 2 and "allowed are bf16, fp16, fp32, bf16-mixed, fp16-mixed, pure-bf16" in res.stderr
+
+
+@pytest.mark.parametrize("what", ["summary", "bench"])
+def test_a_cpu_measurement_is_not_priced_as_a_gpu(tmp_path, what):
+    if what == "summary":
+        src = tmp_path / "run"
+        src.mkdir()
+        (src / "summary.json").write_text(json.dumps({"status": "completed", "samples_per_s": 900.0, "world_size": 1,
+                                                      "device": "cpu"}))
+    else:
+        src = tmp_path / "cpu.json"
+        src.write_text((ROOT / "tests" / "fixtures" / "bench" / "cpu-quick.json").read_text())
+    for cmd in (["cost", "--work", "1e6", "--prices", ROOT / "examples" / "prices.example.yaml"], ["project", "--to", "H200"]):
+        res = invoke(["plan", cmd[0], f"--{what}", src, *cmd[1:]])
+        assert res.exit_code == 2, res.stdout + res.stderr
+        assert "was measured on the CPU, not a GPU" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+        assert res.stdout == ""
