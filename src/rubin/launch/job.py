@@ -144,6 +144,10 @@ def _check_target(job: Job, env: dict) -> None:
         from rubin.launch.slurm import partition_limit
 
         cap, what = partition_limit(lc.partition, gpu=lc.accelerator == "gpu")
+        if cap == 0 and lc.accelerator == "gpu":  # "gpus_per_node <= 0" would be no advice at all
+            raise UsageError(f"launch.accelerator='gpu' is not valid here: {what} offers no GPUs (a CPU partition); "
+                             "set launch.accelerator=cpu to run CPU ranks there, or launch.partition=<a GPU partition> "
+                             "(sinfo -o '%P %G' lists each partition's GPUs)")
         if cap is not None and lc.gpus_per_node > cap:
             raise UsageError(f"launch.gpus_per_node={lc.gpus_per_node} is not valid: {what} offers {cap} per node; "
                              f"set launch.gpus_per_node <= {cap} or pick another partition")
