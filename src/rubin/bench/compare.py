@@ -173,8 +173,28 @@ def speedups(base_doc: dict, new_doc: dict) -> list[dict]:
     return rows
 
 
+def _weak(doc: dict | None) -> tuple[set, set]:
+    """(noisy metric keys, contended suites) recorded in a results file's quality section."""
+    q = (doc or {}).get("quality") or {}
+    return ({n.get("metric") for n in q.get("noisy") or [] if isinstance(n, dict)}, set(q.get("contended") or []))
+
+
+def mark_weak(rows: list[dict], base_doc: dict | None, new_doc: dict) -> None:
+    """A verdict on a noisy figure or a benchmark run under load is marked, so nobody acts on it unawares."""
+    for doc, side in ((base_doc, "baseline"), (new_doc, "new")):
+        noisy, contended = _weak(doc)
+        for r in rows:
+            if r["metric"] in noisy:
+                r.setdefault("caveats", []).append(f"{side} figure is noisy")
+            if r["metric"].split("/", 1)[0] in contended:
+                r.setdefault("caveats", []).append(f"{side} measured under load")
+
+
 def compare(base_doc: dict | None, new_doc: dict, rules_doc: dict, *, strict: bool = False) -> dict:
+    from rubin.bench.load import caveats
+
     rows = rule_verdicts(base_doc, new_doc, rules_doc["rules"]) if base_doc else []
+    mark_weak(rows, base_doc, new_doc)
     peer = outliers(new_doc, rules_doc.get("outliers") or {})
     worst = max([r["verdict"] for r in rows] + [o["verdict"] for o in peer] + ["pass"], key=ORDER.get)
     if strict and worst == "marginal":
@@ -184,6 +204,8 @@ def compare(base_doc: dict | None, new_doc: dict, rules_doc: dict, *, strict: bo
         "schema_version": SCHEMA_VERSION, "kind": "rubin.compare",
         "baseline": _ident(base_doc) if base_doc else None, "new": _ident(new_doc),
         "verdict": worst, "counts": counts, "metrics": rows, "outliers": peer,
+        "caveats": (caveats(base_doc, "baseline") if base_doc else []) + caveats(new_doc, "new"),
+        "weak_verdicts": sum(bool(r.get("caveats")) for r in rows),
         "env_diff": env_diff(base_doc["env"], new_doc["env"], rules_doc.get("env_ignore", [])) if base_doc else [],
         "speedup": speedups(base_doc, new_doc) if base_doc else [],
     }
