@@ -68,7 +68,7 @@ class DataConfig(_Section):
     prefetch_factor: Optional[int] = Field(None, gt=0, description="batches each worker loads ahead")
     task: Optional[Literal["classification", "lm"]] = Field(None,
         description="loss: cross-entropy on (x, y), or next-token for lm (default: from the data)")
-    num_classes: Optional[int] = Field(None, gt=0, description="classes of an imported classification dataset (default: inferred)")
+    num_classes: Optional[int] = Field(None, ge=2, description="classes of an imported classification dataset (default: inferred)")
 
 
 class OptimConfig(_Section):

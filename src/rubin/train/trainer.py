@@ -57,8 +57,12 @@ def train(cfg, *, force: bool = False, resume: bool = True, quiet: bool = False)
         raise
     except Exception as err:
         from rubin.workloads import blame
+        from rubin.workloads.imports import blame_first_step
 
         blamed = blame(err)  # raised inside the user's factory, dataset or forward: their error, exit 2
+        if blamed is None and trainer is not None and trainer.loop.step == trainer.start_step:
+            blamed = blame_first_step(err, [f"{k}={v!r}" for k, v in (("model.import", cfg.model.import_),
+                                                                       ("data.import", cfg.data.import_)) if v])
         if trainer is not None:
             trainer.settle_save()
             trainer.record_failure(blamed or err)
@@ -147,6 +151,7 @@ class Trainer:
             self.console.print(f"warning: {message}")
         if resuming:
             self.ckpt.restore_latest(force=force)  # checkpoints that all fail to verify: refused unless --force
+        self.start_step = self.loop.step  # an error before this process finished a step may be the user's (blame_first_step)
         self.console.start_at(self.loop.step)
         fault_point("setup", self.loop.step, info.rank)  # a signal during setup, for the tests
 
