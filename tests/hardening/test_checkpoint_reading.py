@@ -59,3 +59,20 @@ def test_a_renamed_step_folder_does_not_pass_as_another_step(crashed_at_9):
     assert r.exit_code == 3
     assert "holds step 8 but is named step-00000015" in r.stdout
     assert "resume would use: step 4" in r.stdout
+
+
+def test_train_moves_an_unreadable_old_checkpoint_to_quarantine_not_trash(crashed_at_9):
+    from hardkit import mlp_args
+
+    old = step_dir(crashed_at_9, 4)
+    old.chmod(0)
+    try:
+        p = _rubin_unprivileged(["train", "--quiet", *mlp_args(crashed_at_9, 12, "checkpoint.keep_last=1")])
+    finally:
+        for q in (old, crashed_at_9 / "checkpoints" / "quarantine" / "step-00000004"):
+            if q.exists():
+                q.chmod(0o755)
+    assert p.returncode == 0, p.stderr
+    ckpts = crashed_at_9 / "checkpoints"
+    assert (ckpts / "quarantine" / "step-00000004" / "model.pt").is_file()  # kept whole, as evidence
+    assert not list(ckpts.glob(".trash-*")) and not old.exists()
