@@ -109,7 +109,7 @@ class CheckpointConfig(_Section):
 
 class TelemetryConfig(_Section):
     log_every_steps: int = Field(10, gt=0, description="log metrics every N steps")
-    sinks: list[Literal["jsonl", "tensorboard", "mlflow"]] = Field(default_factory=lambda: ["jsonl"],
+    sinks: list[Literal["jsonl", "tensorboard", "mlflow", "wandb"]] = Field(default_factory=lambda: ["jsonl"],
         description="where metrics go; jsonl is always written")
     nvml: bool = Field(True, description="sample GPU util, memory, power, clocks and throttle reasons via NVML")
 
