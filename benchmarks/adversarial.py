@@ -92,7 +92,7 @@ BAD_SETS = [
     "distributed.strategy=ddp", "distributed.strategy=fsdp", "distributed.strategy=pipeline", "distributed.backend=nccl",
     "distributed.timeout_s=0", "distributed.timeout_s=inf", "checkpoint.keep_last=0", "checkpoint.every_steps=0",
     "checkpoint.every_minutes=-1", "checkpoint.async_policy=maybe", "checkpoint.preemption_grace_s=inf",
-    "telemetry.log_every_steps=0", "telemetry.sinks=[wandb]", "faults.nan_policy=stop", "faults.spike_factor=0.5",
+    "telemetry.log_every_steps=0", "telemetry.sinks=[wandbb]", "faults.nan_policy=stop", "faults.spike_factor=0.5",
     "faults.max_rollbacks=-1", "data.num_workers=-1", "data.name=imagenet", "model.name=transformerz",
     "data.micro_batch_size=5", "model.import=no_such_pkg.mod:fn", "data.import=nosuch", "model.args={bogus: 1}",
     "data.args={bogus: 1}", "data.batch_size=100000", "run.name=../../x", "run.name=a/b", "run.name=..",
@@ -837,6 +837,26 @@ for _label, _how, _needle in [("model.pt is a FIFO", lambda s: ((s / "model.pt")
             out.lost.append(f"the reason does not say {needle!r}")
         return out
     case("firsthour", f"verify names it: {_label}", expect=(3,))(_named)
+
+
+@case("firsthour", "W&B online without an API key: one line", expect=(1,))
+def _(tmp):
+    env = {"WANDB_MODE": "online", "WANDB_API_KEY": "", "HOME": str(tmp), "WANDB_DIR": str(tmp)}
+    return proc(["train", "--quiet", *mlp_args(tmp / "run", 2, "telemetry.sinks=[jsonl, wandb]")], env=env, timeout=300)
+
+
+@case("firsthour", "W&B offline: no secret in what it would upload", expect=(0,))
+def _(tmp):
+    run = tmp / "run"
+    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "HOME": str(tmp)}
+    out = proc(["train", "--quiet", *mlp_args(run, 4, "telemetry.sinks=[jsonl, wandb]", "run.name=x-hf_abcdefghijklmnopqrstuvwxyz0123")],
+               env=env, timeout=300)
+    files = list((run / "wandb").rglob("*.wandb")) if (run / "wandb").exists() else []
+    if not files:
+        out.lost.append("no offline W&B run was written")
+    if any(b"hf_abcdefghijklmnopqrstuvwxyz0123" in p.read_bytes() for p in files):
+        out.lost.append("the token went into the W&B run")
+    return out
 
 
 # -- runner -------------------------------------------------------------------------------------------

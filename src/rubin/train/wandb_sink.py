@@ -39,7 +39,9 @@ class WandbSink:
         try:
             self.active = wandb.init(project=os.environ.get("WANDB_PROJECT", "rubin"), name=run.path.name,
                                      dir=str(run.path), config=uploaded_config(config_dict),
-                                     settings=wandb.Settings(console="off", silent=True))
+                                     # no captured console, and no system metadata: it records the command
+                                     # line, where a --set may carry a token
+                                     settings=wandb.Settings(console="off", silent=True, x_disable_meta=True))
         except Exception as err:  # noqa: BLE001 - no server, no key, a bad entity: one line, secrets redacted
             first = (str(err).strip().splitlines() or [""])[0][:300]
             raise RubinError(f"telemetry sink wandb could not start a run ({type(err).__name__}: {redact(first)}); "
