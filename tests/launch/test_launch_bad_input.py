@@ -170,3 +170,10 @@ def test_a_cpu_partition_suggests_accelerator_cpu_or_a_gpu_partition(tmp_path, c
     line = assert_refused(tmp_path, ["slurm", cfg, "--dry-run", "--set", "launch.accelerator=gpu"],
                           "offers no GPUs", "launch.accelerator=cpu", "launch.partition=")
     assert "<= 0" not in line
+
+
+@pytest.mark.parametrize("bad,needle", [("model.args.hiddn=3", "did you mean 'hidden'"),
+                                        ("data.args.num_sample=3", "did you mean 'num_samples'")])
+def test_local_checks_model_and_data_arguments_before_starting_ranks(tmp_path, cfg, bad, needle):
+    """Under torchrun each rank would print the line and torchrun its own traceback; refused here, once."""
+    assert_refused(tmp_path, ["local", cfg, "--dry-run", "--set", bad], bad.split("=")[0], needle)

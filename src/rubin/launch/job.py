@@ -120,6 +120,10 @@ def resolve(target: str, config: str, sets: list[str] | None = None, launch_file
         config_path = str(Path(cwd or os.getcwd()) / config) if not config.startswith("/") else config
     job = Job(target, lc, job_name(lc.name or cfg.run.name), config_path, train_sets, run_dir, grace, limit, pg)
 
+    if target == "local":  # the ranks start here: a bad model or data argument is one line now, not one per rank
+        from rubin.workloads.registry import check_arguments
+
+        check_arguments((cfg.model.name, cfg.model.import_, cfg.model.args), (cfg.data.name, cfg.data.import_, cfg.data.args))
     _check_target(job, env)
     _check_run_dir(job, env)
     job.warnings += grace_warnings(Path(run_dir) if target in ("local", "slurm") else None, grace)
