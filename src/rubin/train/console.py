@@ -11,6 +11,9 @@ def _fmt_rate(row: dict) -> str:
     return f"{row['samples_per_s']:,.1f} samples/s"
 
 
+SMOOTH_S = 120.0  # the window of the ETA's rate
+
+
 class Console:
     def __init__(self, *, enabled: bool, total_steps: int, start_step: int = 0):
         self.enabled = enabled
@@ -20,9 +23,12 @@ class Console:
         if self.tty:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+            # Updated at log points only (a step between them costs nothing: benchmarks/progress_cost.py).
+            # The ETA divides the steps left by the rate over the last SMOOTH_S seconds, so one slow
+            # log interval (a checkpoint, an eval, a busy neighbour) does not swing it.
             self._progress = Progress(
                 TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), speed_estimate_period=SMOOTH_S,
             )
             self._task = self._progress.add_task("train", total=total_steps, completed=start_step, info="")
             self._progress.start()
@@ -40,10 +46,6 @@ class Console:
         else:
             print(text, flush=True)
 
-    def step(self, step: int) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, completed=step)
-
     def logged(self, row: dict) -> None:
         if not self.enabled:
             return
@@ -54,7 +56,7 @@ class Console:
         if "mfu" in row:
             line += f"  mfu {row['mfu'] * 100:.1f}%"
         if self._progress is not None:
-            self._progress.update(self._task, completed=row["step"], info=f"loss {loss_s} {_fmt_rate(row)}")
+            self._progress.update(self._task, completed=row["step"], info=f"loss {loss_s}  {_fmt_rate(row)}")
         else:
             print(f"step {row['step']}/{self.total}  {line}", flush=True)
 

@@ -318,9 +318,7 @@ class Trainer:
         eval_due = bool(cfg.run.eval_every_steps and step % cfg.run.eval_every_steps == 0 and step != self.total_steps)
         if checked is None and (log_due or eval_due or self.ckpt.due(step) or self.faults.check_due(step)):
             checked = self.faults.check(step, self.ckpt.minutes_due())
-        result = None if checked is None else self._after_check(step, checked, grad_norm, log_due, eval_due)
-        self.console.step(step)
-        return result
+        return None if checked is None else self._after_check(step, checked, grad_norm, log_due, eval_due)
 
     def _after_check(self, step: int, flags: StepFlags, grad_norm, log_due: bool, eval_due: bool) -> str | None:
         """The flags of every step up to STEP are read: NaN policy, then save, log and eval."""
