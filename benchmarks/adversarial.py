@@ -859,6 +859,16 @@ def _(tmp):
     return out
 
 
+@case("firsthour", "launch local with a typo in model.args: one line, no torchrun")
+def _(tmp):
+    (tmp / "c.yaml").write_text(f"run: {{max_steps: 4, dir: {tmp / 'run'}}}\nmodel: {{name: mlp}}\ndata: {{name: synthetic}}\n"
+                                "launch: {accelerator: cpu, gpus_per_node: 2}\n")
+    out = proc(["launch", "local", tmp / "c.yaml", "--set", "model.args.hiddn=3"], timeout=300)
+    if "ChildFailedError" in out.stderr or (tmp / "run").exists():
+        out.lost.append("torchrun was started for a bad argument")
+    return out
+
+
 # -- runner -------------------------------------------------------------------------------------------
 def judge(c: Case, out: Outcome) -> dict:
     internal = "internal error" in out.stderr
