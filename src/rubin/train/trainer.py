@@ -151,7 +151,7 @@ class Trainer:
             self.console.print(f"warning: {message}")
         if resuming:
             self.ckpt.restore_latest(force=force)  # checkpoints that all fail to verify: refused unless --force
-        self.start_step = self.loop.step  # an error before this process finished a step may be the user's (blame_first_step)
+        self.start_step = self.loop.step  # before a step of this process ends, an error may be the user's
         self.console.start_at(self.loop.step)
         fault_point("setup", self.loop.step, info.rank)  # a signal during setup, for the tests
 
