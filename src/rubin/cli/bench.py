@@ -147,10 +147,7 @@ def run(args) -> int:
 
         raise bad_choice("SUITE", args.suite, CHOICES)
     overrides = _overrides(args.overrides)
-    idle = [s for s in overrides if args.suite not in ("all", s)]  # a --set that changes nothing is a mistake
-    if idle:
-        raise UsageError(f"--set {idle[0]}.* is for a suite this command does not run (it runs {args.suite}); "
-                         f"run 'rubin bench {idle[0]}', or drop the --set")
+    set_suites = list(overrides)  # before --ranks and --io-dir add theirs
     if args.ranks is not None:
         if args.ranks < 2:
             raise bad_value("--ranks", args.ranks, "at least 2", "a collective needs peers")
@@ -168,6 +165,10 @@ def run(args) -> int:
     ctx = suites.make_context(args.device, quick=args.quick, workdir=Path(args.io_dir or "."))
     for name in dict.fromkeys([*names, *overrides]):  # every --set value is checked before the first benchmark runs
         suites.resolve_params(name, ctx, overrides)
+    idle = [s for s in set_suites if s not in names]  # a --set that changes nothing is a mistake, not a no-op
+    if idle:
+        raise UsageError(f"--set {idle[0]}.* is for a suite this command does not run (it runs {args.suite}); "
+                         f"run 'rubin bench {idle[0]}', or drop the --set")
     if ctx.gpu_count == 0 and not args.quick:
         err.print("rubin bench: no GPU here, so the CPU preset (--quick sizes) is used; the full preset is for GPUs")
         ctx.quick = True
