@@ -88,3 +88,18 @@ def test_tables_keep_every_digit_at_80_columns():
         assert render._ci(r["samples_per_s"], 1) in out
     flat = " ".join(out.split())  # captions wrap
     assert "MFU, MAMF-MFU, J/sample (widen the terminal, or --json)" in flat  # dropped whole, and named
+
+
+def test_another_process_on_the_gpu_makes_a_benchmark_contended():
+    from rubin.platform import nvml_fake
+
+    def recording(pids):
+        return {"devices": [{"nvmlDeviceGetName": "NVIDIA H200", "nvmlDeviceGetUtilizationRates": {"gpu": 97, "memory": 40},
+                             "nvmlDeviceGetComputeRunningProcesses": [{"pid": p, "usedGpuMemory": 1 << 30} for p in pids]}]}
+
+    with nvml_fake.install(recording([os.getpid(), 2**22 + 7])):
+        busy = load.Meter().read()
+    with nvml_fake.install(recording([os.getpid()])):
+        alone = load.Meter().read()
+    assert busy["gpus"] == [{"index": 0, "other_processes": 1, "util_pct": 97}] and busy["contended"] is True
+    assert alone["gpus"] == [{"index": 0, "other_processes": 0, "util_pct": 97}]

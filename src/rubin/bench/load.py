@@ -48,7 +48,8 @@ def _gpus_in_use_by_others() -> list[dict] | None:
         for i in range(lib.device_count()):
             procs = lib.try_device(i, "nvmlDeviceGetComputeRunningProcesses", default=[]) or []
             util = lib.try_device(i, "nvmlDeviceGetUtilizationRates")
-            others = [p for p in procs if getattr(p, "pid", None) not in (mine, None) and _not_my_child(p.pid)]
+            pids = [p.get("pid") if isinstance(p, dict) else getattr(p, "pid", None) for p in procs]
+            others = [pid for pid in pids if pid not in (mine, None) and _not_my_child(pid)]
             out.append({"index": i, "other_processes": len(others), "util_pct": getattr(util, "gpu", None)})
     except nvml.NvmlError:
         return None
