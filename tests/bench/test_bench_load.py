@@ -103,3 +103,16 @@ def test_another_process_on_the_gpu_makes_a_benchmark_contended():
         alone = load.Meter().read()
     assert busy["gpus"] == [{"index": 0, "other_processes": 1, "util_pct": 97}] and busy["contended"] is True
     assert alone["gpus"] == [{"index": 0, "other_processes": 0, "util_pct": 97}]
+
+
+def test_bench_warns_and_records_when_it_ran_under_load(tmp_path, monkeypatch):
+    from utils import invoke
+
+    busy = {"cpus": 2, "load_avg_1m": [3.1, 3.4], "others_cpu_share": 0.8, "gpus": None, "contended": True}
+    monkeypatch.setattr(load.Meter, "read", lambda self: dict(busy))
+    out = tmp_path / "x.json"
+    r = invoke(["bench", "launch", "--quick", "--no-plot", "--out", out, "--set", "launch.kernels=5", "--set", "launch.trials=3"])
+    assert r.exit_code == 0, r.stderr
+    assert "warning: these results: measured under load from other processes (launch)" in r.stderr
+    doc = results.load(out)
+    assert doc["benchmarks"]["launch"]["load"]["others_cpu_share"] == 0.8 and doc["quality"]["contended"] == ["launch"]
