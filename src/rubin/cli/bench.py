@@ -191,7 +191,7 @@ def run(args) -> int:
     from rubin.bench.load import caveats
 
     for line in caveats(doc, "these results"):  # a figure from a busy machine must not pass as the machine's
-        err.print(f"rubin bench: warning: {line}; rerun on an idle machine before acting on them", markup=False)
+        err.print(f"rubin bench: warning: {line}; rerun on an idle machine before acting on them", markup=False, soft_wrap=True)
     failed = [n for n, e in doc["benchmarks"].items() if e["status"] == "error"]
     if failed:
         err.print(f"rubin bench: {', '.join(failed)} failed; see 'not measured / errors' (results still written to {out})")
