@@ -95,9 +95,11 @@ def _print(report: dict, *, show_all: bool) -> None:
         for d in report["env_diff"]:
             t.add_row(d["field"], str(d["baseline"]), str(d["new"]))
         console.print(t)
+    from rich.markup import escape
+
     c = report["counts"]
     for line in report.get("caveats", []):
-        console.print(f"[yellow]caveat[/]: {line}", markup=True)
+        console.print(f"[yellow]caveat[/]: {escape(line)}", soft_wrap=True)
     weak = report.get("weak_verdicts", 0)
     console.print(f"verdict: [{color[report['verdict']]}]{report['verdict'].upper()}[/]  "
                   f"({c['pass']} pass, {c['marginal']} marginal, {c['fail']} fail, {len(report['outliers'])} peer outliers)"
