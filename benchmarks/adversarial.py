@@ -92,7 +92,7 @@ BAD_SETS = [
     "distributed.strategy=ddp", "distributed.strategy=fsdp", "distributed.strategy=pipeline", "distributed.backend=nccl",
     "distributed.timeout_s=0", "distributed.timeout_s=inf", "checkpoint.keep_last=0", "checkpoint.every_steps=0",
     "checkpoint.every_minutes=-1", "checkpoint.async_policy=maybe", "checkpoint.preemption_grace_s=inf",
-    "telemetry.log_every_steps=0", "telemetry.sinks=[wandb]", "faults.nan_policy=stop", "faults.spike_factor=0.5",
+    "telemetry.log_every_steps=0", "telemetry.sinks=[wandbb]", "faults.nan_policy=stop", "faults.spike_factor=0.5",
     "faults.max_rollbacks=-1", "data.num_workers=-1", "data.name=imagenet", "model.name=transformerz",
     "data.micro_batch_size=5", "model.import=no_such_pkg.mod:fn", "data.import=nosuch", "model.args={bogus: 1}",
     "data.args={bogus: 1}", "data.batch_size=100000", "run.name=../../x", "run.name=a/b", "run.name=..",
@@ -260,6 +260,7 @@ _RULES = {
     "a duplicate key": "version: 1\nversion: 1\nrules: []\n",
     "no criterion": "rules:\n  - name: x\n    metrics: ['*']\n",
     "two criteria": "rules:\n  - name: x\n    metrics: ['*']\n    within_pct: 1\n    max_above_pct: 2\n",
+    "an unknown key inside a rule": "rules:\n  - name: x\n    metrics: ['*']\n    within_pct: 5\n    within_pc: 1\n",
 }
 for _label, _text in _RULES.items():
     def _rules(tmp, text=_text):
@@ -625,6 +626,246 @@ def _(tmp):
     out = proc(["train", "--quiet", *mlp_args(run, 12)], env={"RUBIN_FAULT": "diskfull@save=2"})
     if not (step_dir(run, 4) / "COMMITTED").is_file() or list((run / "checkpoints").glob(".tmp-*")):
         out.lost.append("the previous checkpoint was not kept, or a partial one was left")
+    return out
+
+
+# -- the first hour as a user (issue 26) ---------------------------------------------------------------
+_USER_CODE = """
+import torch
+from torch import nn
+
+
+def build(width=16, classes=4):
+    return nn.Sequential(nn.Linear(16, width), nn.ReLU(), nn.Linear(width, classes))
+
+
+def frozen():
+    m = build()
+    for p in m.parameters():
+        p.requires_grad_(False)
+    return m
+
+
+class Labels(torch.utils.data.Dataset):
+    num_classes = 4
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.randn(16), -1
+
+
+def minus_one():
+    return Labels(), None
+
+
+def no_path():
+    return Labels(), None
+"""
+
+
+def _user_run(tmp, *sets) -> Outcome:
+    (tmp / "usercode.py").write_text(_USER_CODE)
+    mod = tmp / "usercode.py"
+    base = ["model.args={}", f"model.import={mod}:build", "data.args={num_samples: 128, features: 16, num_classes: 4}"]
+    return _no_run_dir(proc(["train", "--quiet", *mlp_args(tmp / "run", 4, *base, *[s.replace("MOD", str(mod)) for s in sets])]),
+                       tmp / "never")
+
+
+for _label, _sets in [("a model of the wrong input width", ["data.args={num_samples: 128, features: 8, num_classes: 4}"]),
+                      ("a model with no trainable parameters", ["model.import=MOD:frozen"]),
+                      ("a dataset with label -1", ["data.import=MOD:minus_one", "data.name=digits", "data.args={}"]),
+                      ("data.path for an imported factory without a path", ["data.import=MOD:no_path", "data.name=digits",
+                                                                            "data.args={}", "data.path=somewhere"])]:
+    def _first(tmp, sets=_sets):
+        out = _user_run(tmp, *sets)
+        if "does not require grad" in out.stderr or "mat1 and mat2" in out.stderr and "your code raised" not in out.stderr:
+            out.lost.append("torch's message without the blame")
+        return out
+    case("firsthour", f"train: {_label}")(_first)
+
+
+@case("firsthour", "train: data.args.num_classes=1")
+def _(tmp):
+    return _no_run_dir(cli(["train", "--quiet", *mlp_args(tmp / "run", 4, "data.args={num_samples: 64, features: 8, num_classes: 1}")]),
+                       tmp / "run")
+
+
+@case("firsthour", "config: a YAML alias bomb in model.args")
+def _(tmp):
+    from hardkit import alias_bomb
+
+    (tmp / "bomb.yaml").write_text(alias_bomb())
+    return _no_run_dir(proc(["train", tmp / "bomb.yaml", "--quiet", *mlp_args(tmp / "run", 4)], timeout=120), tmp / "run")
+
+
+@case("firsthour", "plan memory: the default precision is one rubin train runs", expect=(0,))
+def _(tmp):
+    import typing
+
+    from rubin.train.config import Config
+
+    out = cli(["plan", "memory", "--params", "7e9", "--gpu", "H100-SXM", "--gpus", "8", "--json"])
+    if out.code == 0 and json.loads(out.stdout)["setup"]["precision"] not in typing.get_args(Config.model_fields["precision"].annotation):
+        out.lost.append("the planner's default is a precision train does not run")
+    return out
+
+
+def _cpu_summary(tmp) -> Path:
+    (tmp / "run").mkdir()
+    (tmp / "run" / "summary.json").write_text(json.dumps({"status": "completed", "samples_per_s": 900.0, "device": "cpu"}))
+    return tmp / "run"
+
+
+@case("firsthour", "plan cost --summary of a CPU run")
+def _(tmp):
+    return cli(["plan", "cost", "--summary", _cpu_summary(tmp), "--work", "1e6", "--prices", ROOT / "examples" / "prices.example.yaml"])
+
+
+@case("firsthour", "plan project --summary of a CPU run")
+def _(tmp):
+    return cli(["plan", "project", "--summary", _cpu_summary(tmp), "--to", "H200"])
+
+
+@case("firsthour", "bench --out in a missing folder")
+def _(tmp):
+    out = cli(["bench", "launch", "--out", tmp / "no" / "such" / "x.json", *_TINY])
+    if (tmp / "no").exists():
+        out.lost.append("the missing folders were created")
+    return out
+
+
+@case("firsthour", "bench --set for a suite that does not run")
+def _(tmp):
+    return cli(["bench", "launch", "--out", tmp / "x.json", *_TINY, "--set", "matmul.trials=3"])
+
+
+@case("firsthour", "compare: a verdict on a contended file is marked", expect=(0, 3))
+def _(tmp):
+    doc = json.loads(results_file(tmp.parent).read_text())
+    doc["quality"] = {"contended": ["launch"], "noisy": []}
+    (tmp / "busy.json").write_text(json.dumps(doc))
+    out = cli(["compare", results_file(tmp.parent), tmp / "busy.json", "--all"])
+    if "measured under load" not in out.stdout:
+        out.lost.append("the verdict on a contended input was not marked")
+    return out
+
+
+@case("firsthour", "bench tables at 80 columns keep every digit", expect=(0,))
+def _(tmp):
+    out = proc(["bench", "launch", "--out", tmp / "x.json", *_TINY], env={"COLUMNS": "80"})
+    if "…" in out.stdout:
+        out.lost.append("a figure was cut")
+    return out
+
+
+for _doc_what, _path in [("missing path", "nope"), ("file", "f")]:
+    def _doctor(tmp, path=_path):
+        (tmp / "f").write_text("x")
+        return cli(["doctor", "--run-dir", tmp / path])
+    case("firsthour", f"doctor --run-dir on a {_doc_what}")(_doctor)
+
+
+@case("firsthour", "launch slurm on a CPU partition with accelerator=gpu")
+def _(tmp):
+    (tmp / "bin").mkdir()
+    (tmp / "bin" / "sinfo").write_text("#!/bin/sh\necho '(null)'\n")
+    (tmp / "bin" / "sinfo").chmod(0o755)
+    (tmp / "c.yaml").write_text("run: {max_steps: 4}\nmodel: {name: mlp}\ndata: {name: synthetic}\n")
+    old = os.environ["PATH"]
+    os.environ["PATH"] = f"{tmp / 'bin'}{os.pathsep}{old}"
+    try:
+        out = cli(["launch", "slurm", tmp / "c.yaml", "--dry-run", "--set", "launch.accelerator=gpu"])
+    finally:
+        os.environ["PATH"] = old
+    if "<= 0" in out.stderr:
+        out.lost.append("the meaningless gpus_per_node <= 0 advice")
+    return out
+
+
+def _unprivileged(args) -> Outcome:
+    from hardkit import unprivileged
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
+    p = subprocess.run(unprivileged([sys.executable, "-m", "rubin", *map(str, args)]), capture_output=True, text=True,
+                       timeout=600, env=env, stdin=subprocess.DEVNULL)
+    return Outcome(p.returncode, p.stdout, p.stderr)
+
+
+for _action in ("verify", "list"):
+    def _unreadable(tmp, action=_action):
+        run = tmp / "run"
+        shutil.copytree(crashed_run(tmp.parent), run, symlinks=True)
+        (run / "checkpoints").chmod(0)
+        try:
+            return _unprivileged(["checkpoint", action, run])
+        finally:
+            (run / "checkpoints").chmod(0o755)
+    case("firsthour", f"checkpoint {_action} on an unreadable checkpoints folder")(_unreadable)
+
+
+@case("firsthour", "train with an unreadable old checkpoint: quarantined, not trashed", expect=(0,))
+def _(tmp):
+    run = tmp / "run"
+    shutil.copytree(crashed_run(tmp.parent), run, symlinks=True)
+    step_dir(run, 4).chmod(0)
+    q = run / "checkpoints" / "quarantine" / "step-00000004"
+    try:
+        out = _unprivileged(["train", "--quiet", *mlp_args(run, 12, "checkpoint.keep_last=1")])
+    finally:
+        for p in (step_dir(run, 4), q):
+            if p.exists():
+                p.chmod(0o755)
+    if not q.is_dir() or list((run / "checkpoints").glob(".trash-*")):
+        out.lost.append("the unreadable checkpoint was not kept in quarantine/")
+    return out
+
+
+for _label, _how, _needle in [("model.pt is a FIFO", lambda s: ((s / "model.pt").unlink(), os.mkfifo(s / "model.pt")), "a FIFO"),
+                              ("model.pt links to /dev/zero", lambda s: ((s / "model.pt").unlink(),
+                                                                         (s / "model.pt").symlink_to("/dev/zero")),
+                               "a character device"),
+                              ("a folder renamed to another step", lambda s: s.rename(s.parent / "step-00000015"),
+                               "holds step 8 but is named step-00000015")]:
+    def _named(tmp, how=_how, needle=_needle):
+        run = tmp / "run"
+        shutil.copytree(crashed_run(tmp.parent), run, symlinks=True)
+        how(step_dir(run, 8))
+        out = cli(["checkpoint", "verify", run])
+        if needle not in out.stdout:
+            out.lost.append(f"the reason does not say {needle!r}")
+        return out
+    case("firsthour", f"verify names it: {_label}", expect=(3,))(_named)
+
+
+@case("firsthour", "W&B online without an API key: one line", expect=(1,))
+def _(tmp):
+    env = {"WANDB_MODE": "online", "WANDB_API_KEY": "", "HOME": str(tmp), "WANDB_DIR": str(tmp)}
+    return proc(["train", "--quiet", *mlp_args(tmp / "run", 2, "telemetry.sinks=[jsonl, wandb]")], env=env, timeout=300)
+
+
+@case("firsthour", "W&B offline: no secret in what it would upload", expect=(0,))
+def _(tmp):
+    run = tmp / "run"
+    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "HOME": str(tmp)}
+    out = proc(["train", "--quiet", *mlp_args(run, 4, "telemetry.sinks=[jsonl, wandb]", "run.name=x-hf_abcdefghijklmnopqrstuvwxyz0123")],
+               env=env, timeout=300)
+    files = list((run / "wandb").rglob("*.wandb")) if (run / "wandb").exists() else []
+    if not files:
+        out.lost.append("no offline W&B run was written")
+    if any(b"hf_abcdefghijklmnopqrstuvwxyz0123" in p.read_bytes() for p in files):
+        out.lost.append("the token went into the W&B run")
+    return out
+
+
+@case("firsthour", "launch local with a typo in model.args: one line, no torchrun")
+def _(tmp):
+    (tmp / "c.yaml").write_text(f"run: {{max_steps: 4, dir: {tmp / 'run'}}}\nmodel: {{name: mlp}}\ndata: {{name: synthetic}}\n"
+                                "launch: {accelerator: cpu, gpus_per_node: 2}\n")
+    out = proc(["launch", "local", tmp / "c.yaml", "--set", "model.args.hiddn=3"], timeout=300)
+    if "ChildFailedError" in out.stderr or (tmp / "run").exists():
+        out.lost.append("torchrun was started for a bad argument")
     return out
 
 

@@ -179,10 +179,50 @@ def load_yaml_text(text: str, where: str = "YAML", hint: str = ""):
         return yaml.SafeLoader.construct_mapping(loader, node, deep)
 
     StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    loader = StrictLoader(text)
     try:
-        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        node = loader.get_single_node()
+        if node is not None and _expanded_size(node) > MAX_YAML_NODES:
+            raise UsageError(f"{where} expands to more than {MAX_YAML_NODES:,} values through its aliases (&x / *x); "
+                             f"write the values out or use fewer nested aliases{hint}")
+        return loader.construct_document(node) if node is not None else None
     except _DuplicateKey as exc:
         line = f" (line {exc.args[1]})" if len(exc.args) > 1 else ""
         raise UsageError(f"{where} has the key {exc.args[0]!r} twice{line}; keep one{hint}") from None
     except yaml.YAMLError as exc:
         raise UsageError(f"{where} is not valid YAML: {str(exc).splitlines()[0]}{hint}") from None
+    except RecursionError:
+        raise UsageError(f"{where} is nested too deeply to read; flatten it{hint}") from None
+    finally:
+        loader.dispose()
+
+
+# A config is a few hundred values. Aliases are shared while parsing, but anything that walks the
+# result (validation, copies, JSON) expands them: 9 levels of 9 aliases are 387 million values.
+MAX_YAML_NODES = 100_000
+
+
+def _expanded_size(root) -> int:
+    """How many values the node graph holds once every alias is expanded (a shared node counts at each use)."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+
+    def size(node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        sizes[key] = 1  # a recursive alias (&a [*a]) counts once instead of looping
+        if isinstance(node, yaml.MappingNode):
+            children = [c for pair in node.value for c in pair]
+        else:
+            children = node.value if isinstance(node, yaml.SequenceNode) else []
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_YAML_NODES:
+                break
+        sizes[key] = total
+        return total
+
+    return size(root)

@@ -113,3 +113,16 @@ def test_plot_from_the_recorded_fixture_as_svg(tmp_path):
     path = plots.write(doc, tmp_path / "bw.svg")
     text = path.read_text()
     assert text.startswith("<?xml") and "busbw" in text and "all_reduce" in text
+
+
+def test_out_in_a_missing_folder_is_refused_and_nothing_is_created(tmp_path):
+    res = invoke(["bench", "launch", "--quick", "--no-plot", "--out", tmp_path / "no" / "such" / "x.json"])
+    assert res.exit_code == 2 and "does not exist" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "no").exists()
+
+
+def test_set_for_a_suite_that_does_not_run_is_refused(tmp_path):
+    res = invoke(["bench", "launch", "--quick", "--no-plot", "--out", tmp_path / "x.json", "--set", "matmul.trials=3"])
+    assert res.exit_code == 2 and "--set matmul.* is for a suite this command does not run" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()

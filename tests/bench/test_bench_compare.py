@@ -172,3 +172,17 @@ def test_a_noisy_baseline_cannot_fail_a_node_on_its_own():
     new["benchmarks"]["collectives"]["rows"][0]["busbw_gbps"] = fig(93.0, spread=0.005)
     key = "collectives/all_reduce/1073741824/busbw_gbps"
     assert verdicts(compare.compare(base, new, RULES))[key] == "marginal"
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("rules:\n  - name: x\n    metrics: ['*']\n    within_pct: 5\n    within_pc: 1\n", "did you mean 'within_pct'"),
+    ("rules:\n  - name: x\n    metrics: ['*']\n    within_pct: 5\n    metric: ['a']\n", "did you mean 'metrics'"),
+    ("rules:\n  - {metrics: ['*'], within_pct: 5}\noutliers:\n  max_below_pct: 5\n", "outliers: unknown key"),
+])
+def test_an_unknown_key_inside_a_rule_is_refused(tmp_path, text, needle):
+    a, _ = _files(tmp_path, doc(), doc())
+    rules = tmp_path / "r.yaml"
+    rules.write_text(text)
+    res = invoke(["compare", a, a, "--rules", rules])
+    assert res.exit_code == 2 and needle in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

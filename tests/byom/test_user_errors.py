@@ -60,6 +60,40 @@ USER = textwrap.dedent('''
 
     def broken_data():
         return Broken(), None
+
+
+    def frozen():
+        m = build()
+        for p in m.parameters():
+            p.requires_grad_(False)
+        return m
+
+
+    class Labels(torch.utils.data.Dataset):
+        num_classes = 4
+
+        def __init__(self, label):
+            self.label = label
+
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            return torch.randn(16), self.label
+
+
+    def minus_one():
+        return Labels(-1), None
+
+
+    def with_path(path=None):
+        if path != "the-data":
+            raise ValueError(f"expected path='the-data', got {path!r}")
+        return Labels(1), None
+
+
+    def no_path():
+        return Labels(1), None
 ''')
 
 
@@ -208,3 +242,45 @@ def test_a_distributed_failure_inside_forward_is_not_blamed_on_the_user():
         raise ValueError("bad width")
     except ValueError as err:
         assert "your code raised ValueError: bad width at " in str(blame(err))
+
+
+def _first_step_refused(r, needle: str, source: str):
+    assert r.exit_code == 2, r.stderr
+    assert "internal error" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert needle in r.stderr and source in r.stderr
+
+
+def test_a_model_of_the_wrong_input_width_is_the_users_error(user):
+    r = invoke(_args(user / "run", "data.args={num_samples: 128, features: 8, num_classes: 4}"))
+    _first_step_refused(r, "your code raised RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+                        "at the first step (model.import='usermodels:build')")
+    assert summary(user / "run")["status"] == "failed"
+
+
+def test_a_model_without_trainable_parameters_is_refused_before_training(user):
+    r = invoke(_args(user / "run", "model.import=usermodels:frozen"))
+    assert r.exit_code == 2 and "returned a model with no trainable parameters" in r.stderr
+    assert "does not require grad" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_label_of_minus_one_is_the_datasets_error(user):
+    r = invoke(_args(user / "run", "data.import=usermodels:minus_one", "data.name=digits", "data.args={}"))
+    _first_step_refused(r, "Target -1 is out of bounds", "data.import='usermodels:minus_one'")
+
+
+def test_one_class_is_refused(user):
+    r = invoke(_args(user / "run", "data.args={num_samples: 128, features: 16, num_classes: 1}"))
+    assert r.exit_code == 2 and "data.args.num_classes=1 is not valid: at least 2" in r.stderr
+    assert not (user / "run").exists()
+    r = invoke(_args(user / "run", "data.import=usermodels:no_path", "data.name=digits", "data.args={}", "data.num_classes=1"))
+    assert r.exit_code == 2 and "data.num_classes=1 is not valid" in r.stderr
+
+
+def test_data_path_goes_to_a_factory_that_takes_it_and_is_refused_by_one_that_does_not(user):
+    ok = invoke(_args(user / "run", "data.import=usermodels:with_path", "data.name=digits", "data.args={}",
+                      "data.path=the-data"))
+    assert ok.exit_code == 0, ok.stderr
+    r = invoke(_args(user / "run2", "data.import=usermodels:no_path", "data.name=digits", "data.args={}",
+                     "data.path=the-data"))
+    assert r.exit_code == 2 and "data.path='the-data' is not used: data.import='usermodels:no_path' takes no 'path'" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

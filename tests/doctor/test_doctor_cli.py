@@ -106,3 +106,12 @@ def test_unknown_facts_are_listed_with_their_reason():
     names = dict(unknown_facts(cpu_only(healthy())))
     assert "NVML unavailable" in names["gpus"] and "driver.driver_version" in names
     assert not any(n.startswith("system.") for n in names)
+
+
+def test_run_dir_that_is_missing_or_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    for path, needle in [(tmp_path / "nope", "an existing folder"), (tmp_path / "f", "a folder, not a file")]:
+        r = invoke(["doctor", "--run-dir", path])
+        assert r.exit_code == 2 and needle in r.stderr and str(path) in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
+    assert not (tmp_path / "nope").exists()

@@ -81,3 +81,21 @@ def plant_dcp_attack(folder: Path, marker: Path) -> None:
     dcp.mkdir(exist_ok=True)
     (dcp / ".metadata").write_bytes(pickle.dumps(Payload(marker)))
     recommit(folder)
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """A config whose model.args nests LEVELS lists of 9 aliases each: 9**LEVELS values once expanded."""
+    lines = ["    l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "model:\n  name: mlp\n  args:\n" + "\n".join(lines) + "\n"
+
+
+def unprivileged(argv: list[str]) -> list[str]:
+    """ARGV run without the power to read past file modes: as root, drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return argv
+    if shutil.which("setpriv") is None:
+        raise RuntimeError("running as root without setpriv: cannot test unreadable folders")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", *argv]

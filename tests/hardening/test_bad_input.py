@@ -6,7 +6,7 @@ import os
 import subprocess
 
 import pytest
-from hardkit import mlp_args
+from hardkit import alias_bomb, mlp_args
 from utils import invoke
 
 CASES = [
@@ -110,3 +110,19 @@ def test_garbled_config_in_an_existing_run_dir(tmp_path, content, needle):
     assert (run / "config.yaml").read_bytes() == content and not (run / "events.jsonl").exists()
     assert sorted(p.name for p in run.iterdir()) in (["config.yaml"], [".lock", "config.yaml"])
     assert not os.path.getsize(run / ".lock") if (run / ".lock").exists() else True
+
+
+def test_a_yaml_alias_bomb_in_model_args_is_refused_at_load(tmp_path):
+    cfg = tmp_path / "bomb.yaml"
+    cfg.write_text(alias_bomb())
+    run = tmp_path / "run"
+    r = invoke(["train", cfg, "--quiet", *mlp_args(run, 4)])
+    assert r.exit_code == 2 and "expands to more than 100,000 values through its aliases" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not run.exists()
+
+
+def test_ordinary_yaml_aliases_still_load():
+    from rubin.errors import load_yaml_text
+
+    doc = load_yaml_text("base: &b {hidden: 16}\nmodel: {args: *b}\nlist: &l [1, 2]\nagain: *l\n")
+    assert doc == {"base": {"hidden": 16}, "model": {"args": {"hidden": 16}}, "list": [1, 2], "again": [1, 2]}

@@ -158,3 +158,22 @@ def test_local_gpu_launch_needs_the_gpus_here(tmp_path, cfg):
         assert_refused(tmp_path, ["local", cfg, "--set", "launch.accelerator=gpu", "--nodes", "2"], "need 2, and it has 1",
                  "launch.accelerator=cpu")
         check_local_gpus(resolve("local", str(cfg), ["launch.accelerator=gpu"]))  # one GPU asked, one there: no error
+
+
+def test_a_cpu_partition_suggests_accelerator_cpu_or_a_gpu_partition(tmp_path, cfg, monkeypatch):
+    """sinfo answers, but the partition has no GPU gres: the fix names a real setting, not gpus_per_node <= 0."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text("#!/bin/sh\necho '(null)'\n")
+    (bin_dir / "sinfo").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    line = assert_refused(tmp_path, ["slurm", cfg, "--dry-run", "--set", "launch.accelerator=gpu"],
+                          "offers no GPUs", "launch.accelerator=cpu", "launch.partition=")
+    assert "<= 0" not in line
+
+
+@pytest.mark.parametrize("bad,needle", [("model.args.hiddn=3", "did you mean 'hidden'"),
+                                        ("data.args.num_sample=3", "did you mean 'num_samples'")])
+def test_local_checks_model_and_data_arguments_before_starting_ranks(tmp_path, cfg, bad, needle):
+    """Under torchrun each rank would print the line and torchrun its own traceback; refused here, once."""
+    assert_refused(tmp_path, ["local", cfg, "--dry-run", "--set", bad], bad.split("=")[0], needle)

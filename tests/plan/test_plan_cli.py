@@ -22,7 +22,7 @@ def _row(res, strategy):
 
 
 def test_memory_zero_paper_invocation():
-    res = _json(["plan", "memory", "--params", "7.5e9", "--gpus", "64", "--json"])
+    res = _json(["plan", "memory", "--params", "7.5e9", "--gpus", "64", "--precision", "bf16-mixed", "--json"])
     assert res["schema_version"] == 1
     assert round(_row(res, "ddp")["model_states_bytes"] / 1e9, 1) == 120.0
     assert round(_row(res, "fsdp")["model_states_bytes"] / 1e9, 1) == 1.9
@@ -32,7 +32,8 @@ def test_memory_zero_paper_invocation():
 
 
 def test_memory_deepspeed_conservative_invocation_both_versions():
-    base = ["plan", "memory", "--params", "2.851e9", "--largest-layer-params", "32e6", "--gpus", "8", "--json"]
+    base = ["plan", "memory", "--params", "2.851e9", "--largest-layer-params", "32e6", "--gpus", "8", "--precision",
+            "bf16-mixed", "--json"]
     legacy = _json(base + ["--conservative", "deepspeed-legacy"])
     assert round(_row(legacy, "zero2")["model_states_bytes"] / 2**30, 2) == 15.93  # the docs' t5-3b example
     current = _json(base + ["--conservative"])
@@ -194,7 +195,7 @@ LLAMA_7B = ["--hidden", "4096", "--layers", "32", "--heads", "32", "--vocab", "3
 
 def test_llama_7b_on_h200_is_not_ddp_once_the_bucket_copy_counts():
     # the issue: DDP was recommended at 119.8 of 126.9 GiB; its bucket copy (+12.6 GiB) makes it run out of memory
-    res = _json(["plan", "memory", *LLAMA_7B, "--json"])
+    res = _json(["plan", "memory", *LLAMA_7B, "--precision", "bf16-mixed", "--json"])
     ddp = _row(res, "ddp")
     assert ddp["model_states"]["ddp_bucket_bytes"] == pytest.approx(2 * 6.74e9, rel=0.01)  # bf16 grads, 6.74B params
     assert ddp["fits"] is False
@@ -214,3 +215,43 @@ def test_a_plan_inside_the_margin_is_tight_and_names_the_next_that_fits():
     r = invoke(["plan", "memory", *args])
     assert "DDP is tight" in r.stdout and "ZeRO-1, is recommended" in r.stdout
     assert "margin: ZeRO-1 leaves" in r.stdout
+
+
+def test_the_default_precision_is_one_rubin_train_runs_and_means_the_same():
+    import typing
+
+    from rubin.train.config import Config
+
+    train_choices = typing.get_args(Config.model_fields["precision"].annotation)
+    plain = _json(["plan", "memory", *LLAMA_7B, "--json"])
+    assert plain["setup"]["precision"] == "bf16" and "bf16" in train_choices
+    # bf16 is autocast, as `rubin train precision=bf16`: the same plan as the older name amp-bf16
+    amp = _json(["plan", "memory", *LLAMA_7B, "--precision", "amp-bf16", "--json"])
+    assert amp["setup"]["precision"] == "bf16" and amp["strategies"] == plain["strategies"]
+    mixed = _json(["plan", "memory", *LLAMA_7B, "--precision", "bf16-mixed", "--json"])
+    assert _row(mixed, "ddp")["model_states_bytes"] != _row(plain, "ddp")["model_states_bytes"]
+    assert _row(plain, "ddp")["model_states"]["weights_bytes"] == pytest.approx(4 * 6.74e9, rel=0.01)  # fp32 weights
+
+
+def test_pure_bf16_has_its_own_name():
+    res = invoke(["plan", "memory", "--params", "1e9", "--precision", "pure-bf16", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["setup"]["precision"] == "pure-bf16"
+    res = invoke(["plan", "memory", "--params", "1e9", "--precision", "bf16x"])
+    assert res.exit_code == 2 and "allowed are bf16, fp16, fp32, bf16-mixed, fp16-mixed, pure-bf16" in res.stderr
+
+
+@pytest.mark.parametrize("what", ["summary", "bench"])
+def test_a_cpu_measurement_is_not_priced_as_a_gpu(tmp_path, what):
+    if what == "summary":
+        src = tmp_path / "run"
+        src.mkdir()
+        (src / "summary.json").write_text(json.dumps({"status": "completed", "samples_per_s": 900.0, "world_size": 1,
+                                                      "device": "cpu"}))
+    else:
+        src = tmp_path / "cpu.json"
+        src.write_text((ROOT / "tests" / "fixtures" / "bench" / "cpu-quick.json").read_text())
+    for cmd in (["cost", "--work", "1e6", "--prices", ROOT / "examples" / "prices.example.yaml"], ["project", "--to", "H200"]):
+        res = invoke(["plan", cmd[0], f"--{what}", src, *cmd[1:]])
+        assert res.exit_code == 2, res.stdout + res.stderr
+        assert "was measured on the CPU, not a GPU" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+        assert res.stdout == ""

@@ -49,6 +49,7 @@ def load_rules(path: str | Path | None = None) -> dict:
     if not isinstance(rules, list) or not rules:
         raise bad_value(f"{where}: rules", rules, "a non-empty list of {name, metrics, <criterion>}")
     for i, r in enumerate(rules):
+        _no_unknown_keys(r, RULE_KEYS, f"{where}: rules[{i}]")
         crit = [c for c in CRITERIA if c in r] if isinstance(r, dict) else []
         if not isinstance(r, dict) or not r.get("metrics") or len(crit) != 1:
             raise bad_value(f"{where}: rules[{i}]", r, f"name, metrics (globs) and exactly one of {', '.join(CRITERIA)}")
@@ -56,9 +57,24 @@ def load_rules(path: str | Path | None = None) -> dict:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1e6:
             raise bad_value(f"{where}: rules[{i}].{crit[0]}", value, "a percentage >= 0")
         r.setdefault("name", f"rule {i}")
+    _no_unknown_keys(doc.get("outliers"), OUTLIER_KEYS, f"{where}: outliers")
     doc.setdefault("outliers", {})
     doc.setdefault("env_ignore", [])
     return doc
+
+
+RULE_KEYS = ("name", "metrics", *CRITERIA)
+OUTLIER_KEYS = ("max_below_peer_median_pct", "metrics")
+
+
+def _no_unknown_keys(entry, allowed: tuple, where: str) -> None:
+    """A misspelt key (``within_pc``) would silently drop a criterion: refuse it with a did-you-mean."""
+    from rubin.errors import did_you_mean
+
+    unknown = sorted(set(entry) - set(allowed)) if isinstance(entry, dict) else []
+    if unknown:
+        raise UsageError(f"{where}: unknown key {str(unknown[0])!r}{did_you_mean(unknown[0], allowed)}; "
+                         f"keys allowed: {', '.join(allowed)}")
 
 
 def _rule_for(key: str, rules: list[dict]) -> dict | None:
@@ -157,8 +173,28 @@ def speedups(base_doc: dict, new_doc: dict) -> list[dict]:
     return rows
 
 
+def _weak(doc: dict | None) -> tuple[set, set]:
+    """(noisy metric keys, contended suites) recorded in a results file's quality section."""
+    q = (doc or {}).get("quality") or {}
+    return ({n.get("metric") for n in q.get("noisy") or [] if isinstance(n, dict)}, set(q.get("contended") or []))
+
+
+def mark_weak(rows: list[dict], base_doc: dict | None, new_doc: dict) -> None:
+    """A verdict on a noisy figure or a benchmark run under load is marked, so nobody acts on it unawares."""
+    for doc, side in ((base_doc, "baseline"), (new_doc, "new")):
+        noisy, contended = _weak(doc)
+        for r in rows:
+            if r["metric"] in noisy:
+                r.setdefault("caveats", []).append(f"{side} figure is noisy")
+            if r["metric"].split("/", 1)[0] in contended:
+                r.setdefault("caveats", []).append(f"{side} measured under load")
+
+
 def compare(base_doc: dict | None, new_doc: dict, rules_doc: dict, *, strict: bool = False) -> dict:
+    from rubin.bench.load import caveats
+
     rows = rule_verdicts(base_doc, new_doc, rules_doc["rules"]) if base_doc else []
+    mark_weak(rows, base_doc, new_doc)
     peer = outliers(new_doc, rules_doc.get("outliers") or {})
     worst = max([r["verdict"] for r in rows] + [o["verdict"] for o in peer] + ["pass"], key=ORDER.get)
     if strict and worst == "marginal":
@@ -168,6 +204,8 @@ def compare(base_doc: dict | None, new_doc: dict, rules_doc: dict, *, strict: bo
         "schema_version": SCHEMA_VERSION, "kind": "rubin.compare",
         "baseline": _ident(base_doc) if base_doc else None, "new": _ident(new_doc),
         "verdict": worst, "counts": counts, "metrics": rows, "outliers": peer,
+        "caveats": (caveats(base_doc, "baseline") if base_doc else []) + caveats(new_doc, "new"),
+        "weak_verdicts": sum(bool(r.get("caveats")) for r in rows),
         "env_diff": env_diff(base_doc["env"], new_doc["env"], rules_doc.get("env_ignore", [])) if base_doc else [],
         "speedup": speedups(base_doc, new_doc) if base_doc else [],
     }

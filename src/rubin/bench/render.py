@@ -55,7 +55,32 @@ def _headlines(summary: dict) -> list:
     return [t] if t.row_count else []
 
 
-def tables(doc: dict) -> list:
+def fit(table, width: int | None):
+    """Keep every digit at WIDTH columns: figure columns never wrap or shrink below their longest cell,
+    the first (name) column folds, and what still does not fit is dropped from the right, named in the caption."""
+    if width is None or len(table.columns) < 2 or not table.show_header:  # text tables wrap as they are
+        return table
+    for col in table.columns[1:]:  # as wide as its longest figure or header: nothing in it is cut
+        col.min_width = max([len(str(c)) for c in col._cells] + [len(str(col.header))])
+    first = table.columns[0]
+    first.overflow, first.min_width = "fold", min(8, max([len(str(c)) for c in first._cells] + [1]))
+
+    def needed() -> int:  # each column: its width + 2 of padding; plus one border between and around
+        return sum(c.min_width + 2 for c in table.columns) + len(table.columns) + 1
+
+    dropped = []
+    while len(table.columns) > 2 and needed() > width:
+        dropped.append(str(table.columns.pop().header))
+    if dropped:
+        table.caption = f"not shown at {width} columns: {', '.join(reversed(dropped))} (widen the terminal, or --json)"
+    return table
+
+
+def tables(doc: dict, width: int | None = None) -> list:
+    return [fit(t, width) for t in _tables(doc)]
+
+
+def _tables(doc: dict) -> list:
     from rich.table import Table
 
     out = []

@@ -156,10 +156,12 @@ def run_one(name: str, ctx, params: dict) -> dict:
     """One benchmark as a results entry. A benchmark that raises becomes an ``error`` entry."""
     import importlib
 
+    from rubin.bench.load import Meter
     from rubin.errors import UsageError
 
     module, _, fn = SUITES[name]
     t0 = time.perf_counter()
+    meter = Meter()
     try:
         out = getattr(importlib.import_module(module), fn)(params, ctx)
         status = "error" if out.get("error") else out.pop("status", "ok")
@@ -167,7 +169,7 @@ def run_one(name: str, ctx, params: dict) -> dict:
         raise
     except Exception as err:  # noqa: BLE001 - one failed benchmark must not lose the others
         out, status = {"error": f"{type(err).__name__}: {err}"}, "error"
-    entry = {"status": status, "params": params, "wall_s": time.perf_counter() - t0, **out}
+    entry = {"status": status, "params": params, "wall_s": time.perf_counter() - t0, **out, "load": meter.read()}
     if name == "matmul" and status == "ok":
         ctx.matmul_summary = out.get("summary", {})
     return entry
@@ -197,4 +199,7 @@ def run(names: list[str], ctx, overrides: dict | None = None, on_done=None) -> d
         if on_done:
             on_done(name, entry)
     doc["wall_s"] = time.perf_counter() - t0
+    from rubin.bench.load import quality
+
+    doc["quality"] = quality(doc)
     return doc

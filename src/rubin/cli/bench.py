@@ -44,7 +44,7 @@ def out_paths(out_arg: str | None, plot_arg: str | None, no_plot: bool, stamp: s
     """(results path, plot path or None), both checked before anything runs.
 
     ``--out DIR`` (an existing directory) puts the results file inside it, as ``cp`` would; a
-    missing or unwritable parent, or a plot type matplotlib cannot write, is refused up front.
+    missing or unwritable folder, or a plot type matplotlib cannot write, is refused up front.
     """
     from pathlib import Path
 
@@ -55,7 +55,9 @@ def out_paths(out_arg: str | None, plot_arg: str | None, no_plot: bool, stamp: s
     out = Path(out_arg) if out_arg else Path(name)
     if out.is_dir():
         out = out / name
-    problem = dir_problem(out.parent)  # a missing folder is created later; one that cannot be is refused now
+    if not out.parent.exists() and not out.parent.is_symlink():  # a typo in a path must not become new folders
+        raise bad_value("--out", out_arg, f"the folder {str(out.parent)!r} does not exist", "create it first, or fix the path")
+    problem = dir_problem(out.parent)
     if problem:
         raise bad_value("--out", out_arg, f"its folder cannot hold the results: {problem}", "pick a path in a writable folder")
     if no_plot:
@@ -136,7 +138,7 @@ def run(args) -> int:
 
     from rich.console import Console
 
-    from rubin.errors import ExitCode, bad_value
+    from rubin.errors import ExitCode, UsageError, bad_value
 
     if args.list_gpus or args.gpu:
         return _catalog(args)
@@ -145,6 +147,7 @@ def run(args) -> int:
 
         raise bad_choice("SUITE", args.suite, CHOICES)
     overrides = _overrides(args.overrides)
+    set_suites = list(overrides)  # before --ranks and --io-dir add theirs
     if args.ranks is not None:
         if args.ranks < 2:
             raise bad_value("--ranks", args.ranks, "at least 2", "a collective needs peers")
@@ -162,6 +165,10 @@ def run(args) -> int:
     ctx = suites.make_context(args.device, quick=args.quick, workdir=Path(args.io_dir or "."))
     for name in dict.fromkeys([*names, *overrides]):  # every --set value is checked before the first benchmark runs
         suites.resolve_params(name, ctx, overrides)
+    idle = [s for s in set_suites if s not in names]  # a --set that changes nothing is a mistake, not a no-op
+    if idle:
+        raise UsageError(f"--set {idle[0]}.* is for a suite this command does not run (it runs {args.suite}); "
+                         f"run 'rubin bench {idle[0]}', or drop the --set")
     if ctx.gpu_count == 0 and not args.quick:
         err.print("rubin bench: no GPU here, so the CPU preset (--quick sizes) is used; the full preset is for GPUs")
         ctx.quick = True
@@ -178,9 +185,13 @@ def run(args) -> int:
         from rubin.bench.render import tables
 
         console = Console()
-        for t in tables(doc):
+        for t in tables(doc, width=console.width):
             console.print(t)
         console.print(f"results: {out}" + (f"   plot: {plot_path}" if plot_path else ""))
+    from rubin.bench.load import caveats
+
+    for line in caveats(doc, "these results"):  # a figure from a busy machine must not pass as the machine's
+        err.print(f"rubin bench: warning: {line}; rerun on an idle machine before acting on them", markup=False, soft_wrap=True)
     failed = [n for n, e in doc["benchmarks"].items() if e["status"] == "error"]
     if failed:
         err.print(f"rubin bench: {', '.join(failed)} failed; see 'not measured / errors' (results still written to {out})")

@@ -1,7 +1,8 @@
 """``rubin checkpoint verify RUN_OR_CKPT_DIR [--json]`` and ``rubin checkpoint list RUN_DIR``.
 
 verify: re-hashes every file against its MANIFEST.json; exit 0 when every checkpoint verifies,
-3 when any is bad (or none exists), 2 for a path that is not a directory.
+3 when any is bad (or none exists), 2 for a path that is not a directory or cannot be read
+(an unreadable step folder inside is listed as invalid: exit 3).
 list: the same table from sizes only (fast, no hashing).
 """
 

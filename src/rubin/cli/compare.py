@@ -76,7 +76,8 @@ def _print(report: dict, *, show_all: bool) -> None:
             ci = f"{_fmt(r['new'])} [{_fmt(r['ci95'][0])}, {_fmt(r['ci95'][1])}]" if r["ci95"] else "-"
             change = f"{r['change_pct']:+.1f}%" if r["change_pct"] is not None else "-"
             limit = r["criterion"].replace("max_below_pct=", "-").replace("max_above_pct=", "+").replace("within_pct=", "+-") + "%"
-            t.add_row(r["metric"], limit, _fmt(r["baseline"]), ci, change, f"[{color[r['verdict']]}]{r['verdict']}[/]")
+            weak = " (weak)" if r.get("caveats") else ""
+            t.add_row(r["metric"], limit, _fmt(r["baseline"]), ci, change, f"[{color[r['verdict']]}]{r['verdict']}[/]{weak}")
         console.print(t)
         console.print("fail: the whole 95% interval is past the limit; marginal: it straddles the limit "
                       "(rerun with more trials, or --strict to count it as a failure); missing metrics fail")
@@ -94,6 +95,13 @@ def _print(report: dict, *, show_all: bool) -> None:
         for d in report["env_diff"]:
             t.add_row(d["field"], str(d["baseline"]), str(d["new"]))
         console.print(t)
+    from rich.markup import escape
+
     c = report["counts"]
+    for line in report.get("caveats", []):
+        console.print(f"[yellow]caveat[/]: {escape(line)}", soft_wrap=True)
+    weak = report.get("weak_verdicts", 0)
     console.print(f"verdict: [{color[report['verdict']]}]{report['verdict'].upper()}[/]  "
-                  f"({c['pass']} pass, {c['marginal']} marginal, {c['fail']} fail, {len(report['outliers'])} peer outliers)")
+                  f"({c['pass']} pass, {c['marginal']} marginal, {c['fail']} fail, {len(report['outliers'])} peer outliers)"
+                  + (f"; {weak} verdict(s) rest on noisy or contended figures: rerun on an idle machine" if weak else
+                     "; built on contended input: rerun on an idle machine" if report.get("caveats") else ""))

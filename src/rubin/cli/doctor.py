@@ -62,10 +62,24 @@ def _explain(args) -> int:
     return 0
 
 
+def _check_run_dir(path: str) -> None:
+    """The free-disk check reads this folder: a typo must not quietly measure another one."""
+    from pathlib import Path
+
+    from rubin.errors import bad_value
+
+    p = Path(path)
+    if not p.exists():
+        raise bad_value("--run-dir", path, "an existing folder", "create it first, or pass the folder it will be made in")
+    if not p.is_dir():
+        raise bad_value("--run-dir", path, "a folder, not a file", "pass the run folder (or the folder that holds it)")
+
+
 def run(args) -> int:
     from rubin.errors import ExitCode, bad_value
 
     t0 = time.perf_counter()
+    _check_run_dir(args.run_dir)
     if args.explain is not None and not (args.list_checks or args.only):
         return _explain(args)
     from rubin.doctor import registry

@@ -30,9 +30,10 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--gpus", type=int, help="total GPUs (default: --gpus-per-node x --nodes)")
     t.add_argument("--gpus-per-node", type=int, help="GPUs per node (default 8, or --gpus when fewer)")
     t.add_argument("--nodes", type=int, help="nodes (default: --gpus / --gpus-per-node)")
-    t.add_argument("--precision", default="bf16-mixed",
-                   help="bf16-mixed (default: 16-bit weights + fp32 master), fp16-mixed, amp-bf16, amp-fp16 "
-                        "(torch.autocast over fp32 weights, as rubin train precision=bf16), fp32, bf16 (pure)")
+    t.add_argument("--precision", default="bf16",
+                   help="as in rubin train: bf16 (default) and fp16 are torch.autocast over fp32 weights, fp32; "
+                        "planner-only, for jobs trained elsewhere: bf16-mixed and fp16-mixed (16-bit weights + fp32 "
+                        "master, DeepSpeed/Megatron), pure-bf16")
     t.add_argument("--optimizer", default="adamw", help="adamw (default, 12 B/param fp32 state), sgd-momentum, sgd, adam8bit")
     t.add_argument("--activation-checkpointing", default="none", help="none (default), selective, full")
     t.add_argument("--fused-loss", action="store_true",
@@ -141,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
     if what is None:
         args._plan_parser.print_help()
         raise UsageError("plan needs a subcommand: memory, cost, project or advise; e.g. rubin plan memory --help")
+    if getattr(args, "precision", None) is not None:  # one name per precision from here on (amp-bf16 is bf16)
+        from rubin.plan.states import canonical_precision
+
+        args.precision = canonical_precision(args.precision)
     if what == "memory":
         from rubin.plan.memory import plan
 

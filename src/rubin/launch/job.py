@@ -121,6 +121,10 @@ def resolve(target: str, config: str, sets: list[str] | None = None, launch_file
         config_path = str(Path(cwd or os.getcwd()) / config) if not config.startswith("/") else config
     job = Job(target, lc, job_name(lc.name or cfg.run.name), config_path, train_sets, run_dir, grace, limit, pg)
 
+    if target == "local":  # the ranks start here: a bad model or data argument is one line now, not one per rank
+        from rubin.workloads.registry import check_arguments
+
+        check_arguments((cfg.model.name, cfg.model.import_, cfg.model.args), (cfg.data.name, cfg.data.import_, cfg.data.args))
     _check_target(job, env)
     _check_run_dir(job, env)
     job.warnings += grace_warnings(Path(run_dir) if target in ("local", "slurm") else None, grace)
@@ -143,6 +147,10 @@ def _check_target(job: Job, env: dict) -> None:
                              f"set launch.secrets.{name}.key_vault=VAULT/SECRET")
     if t == "slurm":
         cap, what = partition_limit(lc.partition, gpu=lc.accelerator == "gpu")
+        if cap == 0 and lc.accelerator == "gpu":  # "gpus_per_node <= 0" would be no advice at all
+            raise UsageError(f"launch.accelerator='gpu' is not valid here: {what} offers no GPUs (a CPU partition); "
+                             "set launch.accelerator=cpu to run CPU ranks there, or launch.partition=<a GPU partition> "
+                             "(sinfo -o '%P %G' lists each partition's GPUs)")
         if cap is not None and lc.gpus_per_node > cap:
             raise UsageError(f"launch.gpus_per_node={lc.gpus_per_node} is not valid: {what} offers {cap} per node; "
                              f"set launch.gpus_per_node <= {cap} or pick another partition")

@@ -43,7 +43,7 @@ class MemoryRequest:
     micro_batch: int = 1
     gpus_per_node: int = 8
     nodes: int = 1
-    precision: str = "bf16-mixed"
+    precision: str = "bf16"  # autocast, as rubin train precision=bf16 (states.PRECISIONS)
     optimizer: str = "adamw"
     checkpointing: str = "none"
     flash: bool = True

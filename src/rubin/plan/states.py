@@ -16,9 +16,21 @@ from dataclasses import dataclass
 from rubin.errors import bad_choice
 from rubin.plan.tensor_bytes import size
 
-# *-mixed: 16-bit weights with an fp32 master copy (DeepSpeed, Megatron); amp-*: torch.autocast over
-# fp32 weights (plain PyTorch AMP, and what ``rubin train precision=bf16`` does); bf16: pure bf16.
-PRECISIONS = ("bf16-mixed", "fp16-mixed", "amp-bf16", "amp-fp16", "fp32", "bf16")
+# The names mean what ``rubin train precision=...`` means: fp32; bf16 and fp16 are torch.autocast over
+# fp32 weights (plain PyTorch AMP). The others are planner-only, for jobs trained elsewhere:
+# *-mixed: 16-bit weights with an fp32 master copy (DeepSpeed, Megatron); pure-bf16: bf16 throughout.
+PRECISIONS = ("bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed", "pure-bf16")
+AUTOCAST = ("bf16", "fp16")
+ALIASES = {"amp-bf16": "bf16", "amp-fp16": "fp16"}  # the planner's earlier names for autocast
+DEFAULT_PRECISION = "bf16"  # what the README's GPU runs train with (rubin train precision=bf16)
+
+
+def canonical_precision(precision: str) -> str:
+    """The one name of a precision (``amp-bf16`` is ``bf16``); a name nobody runs is refused."""
+    name = ALIASES.get(precision, precision)
+    if name not in PRECISIONS:
+        raise bad_choice("precision", precision, PRECISIONS, "bf16 and fp16 are autocast, as in rubin train")
+    return name
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd", "adam8bit")
 
 
@@ -32,11 +44,11 @@ class BytesPerParam:
     cast: float = 0.0  # autocast's 16-bit copy of each weight, alive from forward until its layer's backward
 
 
-def bytes_per_param(precision: str = "bf16-mixed", optimizer: str = "adamw") -> BytesPerParam:
-    for name, value, allowed in (("precision", precision, PRECISIONS), ("optimizer", optimizer, OPTIMIZERS)):
-        if value not in allowed:
-            raise bad_choice(name, value, allowed, f"pass one of those with --{name}")
-    if precision.startswith("amp-"):
+def bytes_per_param(precision: str = DEFAULT_PRECISION, optimizer: str = "adamw") -> BytesPerParam:
+    precision = canonical_precision(precision)
+    if optimizer not in OPTIMIZERS:
+        raise bad_choice("optimizer", optimizer, OPTIMIZERS, "pass one of those with --optimizer")
+    if precision in AUTOCAST:
         # fp32 weights, gradients and moments; autocast also keeps a 16-bit copy of each weight
         # for backward (tensor_bytes "weight_cast"), counted apart because backward frees it
         moments = {"adamw": 8.0, "sgd-momentum": 4.0, "sgd": 0.0, "adam8bit": 2.0}[optimizer]
@@ -45,7 +57,7 @@ def bytes_per_param(precision: str = "bf16-mixed", optimizer: str = "adamw") -> 
     w = 4.0 if precision == "fp32" else 2.0
     master = 4.0 if mixed else 0.0
     # moments live in fp32 except in pure bf16 training, where they follow the weights
-    moment = 2.0 if precision == "bf16" else 4.0
+    moment = 2.0 if precision == "pure-bf16" else 4.0
     moments = {
         "adamw": 2 * moment,  # m and v
         "sgd-momentum": moment,  # one momentum buffer
@@ -150,7 +162,7 @@ def model_states(
     DDP (and ZeRO-1, which torch runs over DDP) adds its gradient buckets, a second copy of the gradients.
     """
     mode = check_conservative(conservative)
-    b = bpp or bytes_per_param()
+    b = bpp or bytes_per_param("bf16-mixed")  # the paper's mixed-precision Adam
     n = gpus
     node = gpus_per_node or gpus
     w, g, k, c = b.weights * params, b.grads * params, b.optimizer * params, b.cast * params

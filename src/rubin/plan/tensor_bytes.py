@@ -4,10 +4,11 @@ This is the one table: ``activations.py`` and ``memory.py`` read their sizes fro
 regimes cover the precisions:
 
 - ``fp32``: everything in 4 bytes.
-- ``amp``: ``torch.autocast`` over fp32 weights (``amp-bf16``, ``amp-fp16``; what ``rubin train
-  precision=bf16`` does). Only the ops on autocast's lower-precision list (linear, matmul, conv,
-  SDPA) run in 16 bit; the residual stream they add into stays fp32.
-- ``half``: 16-bit weights and activations throughout (``bf16-mixed``, ``fp16-mixed``, pure ``bf16``).
+- ``amp``: ``torch.autocast`` over fp32 weights (``bf16``, ``fp16``: what ``rubin train
+  precision=bf16`` does; ``amp-bf16`` and ``amp-fp16`` are older names). Only the ops on autocast's
+  lower-precision list (linear, matmul, conv, SDPA) run in 16 bit; the residual stream they add into
+  stays fp32.
+- ``half``: 16-bit weights and activations throughout (``bf16-mixed``, ``fp16-mixed``, ``pure-bf16``).
 
 Each row was checked against the tensors autograd really saves (``plan/measure.py``).
 """
@@ -67,6 +68,6 @@ def size(name: str, regime: str) -> float:
 def regime_of(precision: str) -> str:
     if precision == "fp32":
         return "fp32"
-    if precision.startswith("amp-"):
+    if precision in ("bf16", "fp16") or precision.startswith("amp-"):  # autocast, as rubin train runs it
         return "amp"
     return "half"

@@ -96,11 +96,19 @@ def from_summary(path: str | Path) -> Throughput:
     sps, tps = data.get("samples_per_s"), data.get("tokens_per_s")
     if not (sps or tps):
         raise UsageError(f"summary={str(p)!r} records no throughput (samples_per_s is empty); the run logged no steps")
+    _refuse_cpu(str(data.get("device") or ""), f"summary={str(p)!r}")
     unit, value = ("tokens", tps) if tps else ("samples", sps)
     tokens_per_sample = tps / sps if (tps and sps) else None
     gpus = int(data.get("world_size") or 1)
     gpu = _gpu_from_env(p.parent / "env.json")
     return Throughput(float(value), unit, gpus, gpu, f"run summary {p}", data.get("mfu"), tokens_per_sample)
+
+
+def _refuse_cpu(device: str, what: str) -> None:
+    """A CPU rate priced as a GPU's would be off by orders of magnitude, with exit 0: refuse it."""
+    if device == "cpu" or device.startswith("cpu:"):
+        raise UsageError(f"{what} was measured on the CPU, not a GPU, so it cannot price or project GPU time; "
+                         "pass a run or bench from a GPU, or a GPU figure by hand (--throughput N --measured-gpu KEY)")
 
 
 def _walk(obj, depth=0):
@@ -172,6 +180,7 @@ def _spec_key_of(doc: dict) -> str | None:
 def from_bench(path: str | Path, workload: str | None = None) -> Throughput:
     """The model-benchmark throughput in a ``rubin bench`` results file (``benchmarks.model.rows``)."""
     doc = _bench_doc(path)
+    _refuse_cpu(str((doc.get("device") or {}).get("type") or ""), f"bench={str(path)!r}")
     entry = (doc.get("benchmarks") or {}).get("model") or {}
     rows = [r for r in entry.get("rows", []) if isinstance(r, dict) and r.get("samples_per_s")]
     if workload:

@@ -21,7 +21,10 @@ def build_data(cfg, cache_dir: str | None):
 
     if cfg.data.import_:
         fn = workloads.import_object(cfg.data.import_, "data.import")
-        result = workloads.call_user(fn, dict(cfg.data.args), "data.args")
+        args = dict(cfg.data.args)
+        if cfg.data.path is not None:  # given to the factory that takes it; never dropped without a word
+            args = _with_path(fn, cfg, args)
+        result = workloads.call_user(fn, args, "data.args")
         if not (isinstance(result, tuple) and len(result) == 2):
             raise UsageError(
                 f"data.import={cfg.data.import_!r} returned {type(result).__name__}: it must return "
@@ -35,6 +38,20 @@ def build_data(cfg, cache_dir: str | None):
     return workloads.build_data(cfg.data.name, cfg.data.path, dict(cfg.data.args), seed=cfg.run.seed, cache_dir=cache_dir)
 
 
+def _with_path(fn, cfg, args: dict) -> dict:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "path" in params and "path" not in args:
+        return {**args, "path": cfg.data.path}
+    raise UsageError(f"data.path={cfg.data.path!r} is not used: data.import={cfg.data.import_!r} takes no 'path' "
+                     "argument (or it is set in data.args too); pass the location in data.args, or add a 'path' "
+                     "parameter to your factory")
+
+
 def build_model(cfg, info):
     import torch.nn as nn
 
@@ -45,6 +62,9 @@ def build_model(cfg, info):
         model = workloads.call_user(fn, dict(cfg.model.args), "model.args")
         if not isinstance(model, nn.Module):
             raise UsageError(f"model.import={cfg.model.import_!r} returned {type(model).__name__}: it must return a torch.nn.Module")
+        if not any(p.requires_grad for p in model.parameters()):  # else backward fails with "does not require grad"
+            raise UsageError(f"model.import={cfg.model.import_!r} returned a model with no trainable parameters "
+                             "(none has requires_grad=True): nothing would train; unfreeze at least one layer")
         return model
     return workloads.build_model(cfg.model.name, dict(cfg.model.args), info)
 

@@ -69,7 +69,7 @@ class DataConfig(_Section):
     prefetch_factor: Optional[int] = Field(None, gt=0, description="batches each worker loads ahead")
     task: Optional[Literal["classification", "lm"]] = Field(None,
         description="loss: cross-entropy on (x, y), or next-token for lm (default: from the data)")
-    num_classes: Optional[int] = Field(None, gt=0, description="classes of an imported classification dataset (default: inferred)")
+    num_classes: Optional[int] = Field(None, ge=2, description="classes of an imported classification dataset (default: inferred)")
 
 
 class OptimConfig(_Section):
@@ -113,7 +113,7 @@ class CheckpointConfig(_Section):
 
 class TelemetryConfig(_Section):
     log_every_steps: int = Field(10, gt=0, description="log metrics every N steps")
-    sinks: list[Literal["jsonl", "tensorboard", "mlflow"]] = Field(default_factory=lambda: ["jsonl"],
+    sinks: list[Literal["jsonl", "tensorboard", "mlflow", "wandb"]] = Field(default_factory=lambda: ["jsonl"],
         description="where metrics go; jsonl is always written")
     nvml: bool = Field(True, description="sample GPU util, memory, power, clocks and throttle reasons via NVML")
 

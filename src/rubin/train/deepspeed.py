@@ -69,11 +69,9 @@ def translate(ds: dict, world_size: int, where: str = "ds_config") -> tuple[dict
         out["telemetry.log_every_steps"] = int(ds["steps_per_print"])
     if _set(ds.get("seed")) is not None:
         out["run.seed"] = int(ds["seed"])
-    sinks = [s for s in ("tensorboard",) if (ds.get(s) or {}).get("enabled")]
+    sinks = [s for s in ("tensorboard", "wandb") if (ds.get(s) or {}).get("enabled")]
     if sinks:
         out["telemetry.sinks"] = ["jsonl", *sinks]
-    if (ds.get("wandb") or {}).get("enabled"):
-        refused.append("wandb.enabled (rubin's sinks are jsonl, tensorboard and mlflow)")
     if "activation_checkpointing" in ds:
         notes.append("activation_checkpointing: configures DeepSpeed's checkpointing API, which rubin does not use; "
                      "set distributed.activation_checkpointing=true to recompute each block")

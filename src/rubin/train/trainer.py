@@ -61,8 +61,12 @@ def train(cfg, *, force: bool = False, resume: bool = True, console: Console | N
         raise
     except Exception as err:
         from rubin.workloads import blame
+        from rubin.workloads.imports import blame_first_step
 
         blamed = blame(err)  # raised inside the user's factory, dataset or forward: their error, exit 2
+        if blamed is None and trainer is not None and trainer.loop.step == trainer.start_step:
+            blamed = blame_first_step(err, [f"{k}={v!r}" for k, v in (("model.import", cfg.model.import_),
+                                                                       ("data.import", cfg.data.import_)) if v])
         if trainer is not None:
             trainer.record_failure(blamed or err)
         if blamed is not None:
@@ -153,6 +157,7 @@ class Trainer:
         reseed(cfg.run.seed, info.rank)
         if resuming:
             self.ckpt.restore_latest(force=force)  # checkpoints that all fail to verify: refused unless --force
+        self.start_step = self.loop.step  # before a step of this process ends, an error may be the user's
         self.console.start_at(self.loop.step)
         fault_point("setup", self.loop.step, info.rank)  # a signal during setup, for the tests
 
@@ -280,9 +285,7 @@ class Trainer:
         eval_due = bool(every and step % every == 0 and step != self.total_steps)
         due = log_due or eval_due or self.ckpt.due(step)
         flags = self.faults.flags_after(step, due=due, save_due=self.ckpt.minutes_due)
-        result = None if flags is None else self._after_check(step, flags, grad_norm, log_due, eval_due)
-        self.console.step(step)
-        return result
+        return None if flags is None else self._after_check(step, flags, grad_norm, log_due, eval_due)
 
     def _after_check(self, step: int, flags: StepFlags, grad_norm, log_due: bool, eval_due: bool) -> str | None:
         """The flags of every step up to STEP are read: NaN policy, then save, log and eval."""

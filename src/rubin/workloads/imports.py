@@ -177,6 +177,21 @@ def blame(err: BaseException) -> UsageError | None:
     return UsageError(f"your code raised {_one_line(err)} at {where}; fix it there (rerun with --debug for the traceback)")
 
 
+def blame_first_step(err: BaseException, sources: list[str]) -> UsageError | None:
+    """An error at the first step of a run whose model or data is the user's, raised inside torch.
+
+    A factory returning ``nn.Sequential(nn.Linear(16, ...))`` for 8 features fails inside torch's own
+    ``Linear``, so no frame of the user's code is on the stack; it is still their model (or data) that
+    does not fit, not a rubin bug: exit 2 with the sources named, like an error in their ``forward``.
+    """
+    if not sources or blame(err) is not None or not isinstance(err, (RuntimeError, ValueError, IndexError, TypeError)):
+        return None
+    if _is_distributed_failure(err) or "out of memory" in str(err).lower():
+        return None
+    return UsageError(f"your code raised {_one_line(err)} at the first step ({', '.join(sources)}): the model and the "
+                      "data do not fit together; fix it there (rerun with --debug for the traceback)")
+
+
 def _is_distributed_failure(err: BaseException) -> bool:
     names = {c.__name__ for c in type(err).__mro__}
     if names & {"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}:

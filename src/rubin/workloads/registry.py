@@ -111,3 +111,33 @@ def _owner(model, attr: str):
         if getattr(m, attr, None) is not None:
             return m
     return model
+
+
+def check_arguments(model: tuple, data: tuple) -> None:
+    """The argument checks ``build_model`` and ``build_data`` make, without building anything.
+
+    ``model`` and ``data`` are ``(name, import path or None, args)``. A launcher runs this before it
+    starts any rank: a typo in model.args is then one line here, not one per rank followed by the
+    launcher's own traceback. Imported factories are imported and their signatures bound, not called.
+    """
+    from rubin.workloads.imports import import_object
+
+    for section, (name, imported, args), table, skip in (("model", model, MODELS, ("info",)),
+                                                          ("data", data, DATASETS, ("path", "seed", "cache_dir"))):
+        args = dict(args or {})
+        if imported:
+            fn = import_object(imported, f"{section}.import")
+            try:
+                sig = inspect.signature(fn)
+            except (TypeError, ValueError):
+                continue
+            params = [n for n, p in sig.parameters.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            takes_any = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+            unknown = [k for k in args if k not in params]
+            if unknown and not takes_any:
+                raise UsageError(f"{section}.args.{unknown[0]} is not an argument of {getattr(fn, '__qualname__', imported)}"
+                                 f"{did_you_mean(unknown[0], params)}; allowed: {', '.join(params) or 'none'}")
+        else:
+            builder = _lookup(table, f"{section}.name", name)
+            check_args(f"{section}.args", f"{'model' if section == 'model' else 'dataset'} '{name}'", args,
+                       builder_args(builder, skip=skip))

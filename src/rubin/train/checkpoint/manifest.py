@@ -204,10 +204,11 @@ def _verify(folder: Path, hashes: bool) -> list[str]:
     if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
         problems.append("MANIFEST.json is not a valid manifest")
         return problems
+    problems += _step_problems(folder, raw, marker)
     for rel, info in sorted(files.items()):
         p = folder / rel
         if not p.is_file():
-            problems.append(f"{rel}: missing")
+            problems.append(f"{rel}: {_not_a_file(p)}")
             continue
         size = p.stat().st_size
         if size != info.get("bytes"):
@@ -226,3 +227,37 @@ def _verify(folder: Path, hashes: bool) -> list[str]:
         problems += _pickle_problems(folder, files)
     problems += signature_problems(marker, raw)
     return problems
+
+
+def _not_a_file(p: Path) -> str:
+    """Why P, listed in the manifest, is not a regular file: missing is one reason among several."""
+    import stat
+
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        return "a symlink to a missing file" if p.is_symlink() else "missing"
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    return f"is {kind}, not the regular file that was saved"
+
+
+def _step_problems(folder: Path, manifest_raw: bytes, marker) -> list[str]:
+    """A ``step-N`` folder must hold step N: a renamed folder would resume from the wrong step."""
+    import re
+
+    m = re.fullmatch(r"step-(\d{8,})", folder.name)
+    if not m:
+        return []
+    named = int(m.group(1))
+    try:
+        recorded = json.loads(manifest_raw).get("step")
+    except (ValueError, AttributeError):
+        recorded = None
+    if isinstance(marker, dict) and isinstance(marker.get("step"), int) and recorded is None:
+        recorded = marker["step"]
+    if isinstance(recorded, int) and recorded != named:
+        return [f"holds step {recorded} but is named {folder.name} (renamed or copied): rename it back to "
+                f"step-{recorded:08d}"]
+    return []

@@ -251,7 +251,7 @@ class CheckpointStore:
             return False
 
     def committed(self) -> list[tuple[int, Path]]:
-        return [(s, p) for s, p in self._step_dirs() if (p / mf.COMMITTED).is_file()]
+        return [(s, p) for s, p in self._step_dirs() if _marked_or_unreadable(p)]
 
     def verify(self, path: Path) -> list[str]:
         return mf.verify(Path(path))
@@ -321,7 +321,7 @@ class CheckpointStore:
             n += 1
             dest = dest_dir / f"{Path(path).name}-{n}"
         try:
-            os.rename(path, dest)
+            _rename_keeping_mode(Path(path), dest)
         except OSError as err:
             self.on_event("warning", {"message": f"could not move the invalid checkpoint {path} aside: {err.strerror or err}"})
             return None
@@ -353,8 +353,37 @@ class CheckpointStore:
         for step, path in committed:
             if step in keep:
                 continue
+            if not os.access(path, os.R_OK | os.X_OK):  # unreadable: evidence for a person, not ours to delete
+                self.quarantine(path)
+                continue
             trash = self.root / f"{TRASH_PREFIX}{path.name}-{os.getpid()}"
             os.rename(path, trash)  # gone from the listing at once; a crash mid-delete leaves only trash
             shutil.rmtree(trash, ignore_errors=True)
             removed.append((step, path))
         return removed
+
+
+def _marked_or_unreadable(folder: Path) -> bool:
+    """COMMITTED is there, or the folder cannot be read at all (retention then moves it to quarantine/)."""
+    try:
+        return (folder / mf.COMMITTED).is_file()
+    except OSError:
+        return True
+
+
+def _rename_keeping_mode(src: Path, dest: Path) -> None:
+    """Move a folder to another parent; one without write access (mode 000) is opened for the move only.
+
+    Moving a directory to a new parent rewrites its ``..`` entry, so it needs write access to the
+    folder itself. The owner may always chmod it; the original mode is put back afterwards.
+    """
+    try:
+        os.rename(src, dest)
+        return
+    except PermissionError:
+        mode = src.stat().st_mode & 0o7777
+        os.chmod(src, mode | 0o700)
+    try:
+        os.rename(src, dest)
+    finally:
+        os.chmod(dest if dest.exists() else src, mode)

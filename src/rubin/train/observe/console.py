@@ -16,6 +16,9 @@ def _fmt_rate(row: dict) -> str:
     return f"{row['samples_per_s']:,.1f} samples/s"
 
 
+SMOOTH_S = 120.0  # the window of the ETA's rate
+
+
 class Console:
     def __init__(self, *, quiet: bool = False):
         self.quiet = quiet
@@ -32,10 +35,13 @@ class Console:
         if self.tty:
             from rich import progress as rp
 
+            # Updated at log points only (a step between them costs nothing: benchmarks/progress_cost.py).
+            # The ETA divides the steps left by the rate over the last SMOOTH_S seconds, so one slow
+            # log interval (a checkpoint, an eval, a busy neighbour) does not swing it.
             self._progress = rp.Progress(
                 rp.TextColumn("[bold]train"), rp.BarColumn(), rp.MofNCompleteColumn(),
                 rp.TextColumn("{task.fields[info]}"), rp.TimeElapsedColumn(), rp.TextColumn("eta"),
-                rp.TimeRemainingColumn(),
+                rp.TimeRemainingColumn(), speed_estimate_period=SMOOTH_S,
             )
             self._task = self._progress.add_task("train", total=total_steps, completed=0, info="")
             self._progress.start()
@@ -76,10 +82,6 @@ class Console:
         metric = f"accuracy {acc:.4f}" if acc is not None else f"perplexity {ppl:.2f}"
         self.print(f"eval step {step}: loss {result['eval_loss']:.4f}  {metric}")
 
-    def step(self, step: int) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, completed=step)
-
     def logged(self, row: dict) -> None:
         if not self.enabled:
             return
@@ -90,7 +92,7 @@ class Console:
         if "mfu" in row:
             line += f"  mfu {row['mfu'] * 100:.1f}%"
         if self._progress is not None:
-            self._progress.update(self._task, completed=row["step"], info=f"loss {loss_s} {_fmt_rate(row)}")
+            self._progress.update(self._task, completed=row["step"], info=f"loss {loss_s}  {_fmt_rate(row)}")
         else:
             print(f"step {row['step']}/{self.total}  {line}", flush=True)
 

@@ -1,4 +1,4 @@
-"""Where metrics go. JSONL in the run dir always; TensorBoard and MLflow when installed and asked for.
+"""Where metrics go. JSONL in the run dir always; TensorBoard, MLflow and W&B when installed and asked for.
 
 An external sink is a convenience, never a reason to lose a run: one that cannot start is a
 one-line error before training, and one that fails later is reported once (as a warning event and
@@ -112,7 +112,7 @@ class MlflowSink:
         self.mlflow.end_run()
 
 
-_NEEDS = {"tensorboard": ("torch.utils.tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow")}
+_NEEDS = {"tensorboard": ("torch.utils.tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
 
 
 def require(names) -> None:
@@ -171,4 +171,8 @@ def build_sinks(names, run, config_dict, *, warn) -> list:
             sinks.append(Guarded(name, TensorBoardSink(run), run, warn))
         elif name == "mlflow":
             sinks.append(Guarded(name, MlflowSink(run, config_dict), run, warn))
+        elif name == "wandb":
+            from rubin.train.observe.wandb_sink import WandbSink
+
+            sinks.append(Guarded(name, WandbSink(run, config_dict, _scalars), run, warn))
     return sinks

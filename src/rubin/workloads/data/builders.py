@@ -22,6 +22,13 @@ def _eval_count(num_samples: int, eval_samples: Optional[int]) -> int:
     return positive_int(f"{F}.eval_samples", eval_samples, allow_zero=True)
 
 
+def two_classes(num_classes: int, name: str = f"{F}.num_classes") -> None:
+    """One class trains to loss 0 at once: cross-entropy over a single logit is always 0."""
+    if num_classes < 2:
+        raise bad_value(name, num_classes, "at least 2 (with one class the loss is 0 and nothing is learned)",
+                        f"e.g. --set {name}=10")
+
+
 def build_synthetic_images(path, *, seed: int, cache_dir=None, num_samples: int = 4096,
                            eval_samples: Optional[int] = None, image_size: int = 32, channels: int = 3,
                            num_classes: int = 10, noise: float = 1.0, augment: bool = False):
@@ -31,6 +38,7 @@ def build_synthetic_images(path, *, seed: int, cache_dir=None, num_samples: int 
     for name, v in (("num_samples", num_samples), ("image_size", image_size), ("channels", channels),
                     ("num_classes", num_classes)):
         positive_int(f"{F}.{name}", v)
+    two_classes(num_classes)
     shape = (channels, image_size, image_size)
     n_eval = _eval_count(num_samples, eval_samples)
     train = SyntheticImages(num_samples, shape, num_classes, seed, stream=0, noise=noise)
@@ -46,6 +54,7 @@ def build_synthetic(path, *, seed: int, cache_dir=None, num_samples: int = 8192,
 
     for name, v in (("num_samples", num_samples), ("features", features), ("num_classes", num_classes)):
         positive_int(f"{F}.{name}", v)
+    two_classes(num_classes)
     n_eval = _eval_count(num_samples, eval_samples)
     train = SyntheticVectors(num_samples, features, num_classes, seed, stream=0)
     held = SyntheticVectors(n_eval, features, num_classes, seed, stream=1) if n_eval else None
