@@ -20,12 +20,12 @@ from rubin.train import trainer as trainer_mod
 RUBIN_SRC = str(Path(rubin.__file__).resolve().parent)
 TRACED_STEP = 4  # steps 1-3 warm up; step 4 saves (checkpoint.every_steps=4) and does not log
 # The step's own files: the loop, its fault policy and heartbeat, data, the loss, precision,
-# strategy, the LR schedule, telemetry and the console; the save's: checkpointer, store, files,
+# strategy, the LR schedule and telemetry (the console moves at log points only); the save's: checkpointer, store, files,
 # manifest, and the run dir's event (runs, redact); rng states through the device seam.
 LOOP_FILES = {
     "train/trainer.py", "train/faults/policy.py", "train/faults/heartbeat.py", "train/data.py",
     "workloads/contract/outputs.py", "train/precision.py", "train/strategy.py", "train/optim.py",
-    "train/observe/telemetry.py", "train/observe/console.py", "train/checkpoint/checkpointer.py",
+    "train/observe/telemetry.py", "train/checkpoint/checkpointer.py",
     "train/checkpoint/store.py", "train/checkpoint/files.py", "train/checkpoint/manifest.py", "runs.py",
     "redact.py", "platform/device.py",
 }
