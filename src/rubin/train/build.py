@@ -81,16 +81,15 @@ def total_steps(cfg, steps_per_epoch: int) -> int:
 
 
 def seed(cfg, info) -> None:
-    """The same initial weights on every rank; deterministic kernels when ``run.deterministic``."""
-    import os
-
+    """The same initial weights on every rank; with ``run.deterministic``, threads, kernels and oneMKL's
+    vector math pinned before the first step (``determinism.pin``; env.json records what it applied)."""
     import torch
 
     torch.manual_seed(cfg.run.seed)
     if cfg.run.deterministic:
-        if info.device.type == "cuda":
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
+        from rubin.train.determinism import pin
+
+        info.determinism = pin(info.device)
 
 
 def prepare_run_dir(cfg, rank: int, *, force: bool, resume: bool, warn) -> tuple[RunDir, bool]:

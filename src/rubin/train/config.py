@@ -26,7 +26,8 @@ class RunConfig(_Section):
     name: str = Field("demo", min_length=1, description="run name; the default run dir is runs/<name>")
     dir: Optional[str] = Field(None, description="run directory (default: runs/<name>)")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed for python, numpy, torch and the data order")
-    deterministic: bool = Field(False, description="deterministic algorithms: bit-identical reruns and resumes on CPU")
+    deterministic: bool = Field(False, description="pin threads and kernels, warm oneMKL's vector math: bit-identical "
+                                "reruns and resumes at the same world size and thread count (docs/train.md)")
     max_steps: Optional[int] = Field(None, gt=0, le=10**12, description="optimizer steps to train (or use epochs)")
     epochs: Optional[float] = Field(None, gt=0, le=1e6, description="epochs to train, converted to steps (or use max_steps)")
     eval_every_steps: int = Field(0, ge=0, description="evaluate every N steps (0: only at the end)")

@@ -25,6 +25,7 @@ class DistInfo:
     device: object = None
     backend: str | None = None
     initialized: bool = False
+    determinism: dict | None = None  # what run.deterministic pinned (env.json records it)
 
     @property
     def is_main(self) -> bool:

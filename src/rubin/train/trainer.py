@@ -120,6 +120,8 @@ class Trainer:
     def _set_up(self, model, found_blocks, train_ds, eval_ds, *, resuming: bool, force: bool) -> None:
         cfg, info = self.cfg, self.info
         self.env = fingerprint(str(self.run.path)) if info.is_main else {}
+        if info.determinism and info.is_main:
+            self.env["determinism"] = info.determinism
         self.run.write_env(self.env)
         name = resolve(cfg.distributed.strategy, info.world_size)
         # before wrapping: counted on meta copies
