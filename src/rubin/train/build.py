@@ -176,3 +176,17 @@ def open_run_dir(cfg, info, *, force: bool, resume: bool, warn) -> tuple[RunDir,
     if result[0] == "error":
         raise UsageError(result[1])
     return run or RunDir(cfg.run_dir, rank=info.rank), result[1]
+
+
+def blame(cfg, err: BaseException, *, first_step: bool):
+    """ERR as the user's error (exit 2, their file:line) when it was raised in their factory, dataset or
+    forward, or, before the first step of this process ended, in code that ``model.import`` or
+    ``data.import`` brought in; None when it is rubin's or the environment's."""
+    from rubin.workloads import blame as blame_user
+    from rubin.workloads.imports import blame_first_step
+
+    blamed = blame_user(err)
+    if blamed is None and first_step:
+        imports = (("model.import", cfg.model.import_), ("data.import", cfg.data.import_))
+        blamed = blame_first_step(err, [f"{k}={v!r}" for k, v in imports if v])
+    return blamed

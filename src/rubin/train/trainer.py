@@ -18,7 +18,6 @@ import time
 import torch
 
 from rubin.errors import Preempted, RubinError
-from rubin.platform import device as dev
 from rubin.platform.fingerprint import fingerprint
 from rubin.train import build, distributed
 from rubin.train import speed as speedups
@@ -60,13 +59,8 @@ def train(cfg, *, force: bool = False, resume: bool = True, console: Console | N
         ok = True  # every rank agreed to stop and saved: the group is healthy, tear down cleanly
         raise
     except Exception as err:
-        from rubin.workloads import blame
-        from rubin.workloads.imports import blame_first_step
-
-        blamed = blame(err)  # raised inside the user's factory, dataset or forward: their error, exit 2
-        if blamed is None and trainer is not None and trainer.loop.step == trainer.start_step:
-            blamed = blame_first_step(err, [f"{k}={v!r}" for k, v in (("model.import", cfg.model.import_),
-                                                                       ("data.import", cfg.data.import_)) if v])
+        first_step = trainer is not None and trainer.loop.step == trainer.start_step
+        blamed = build.blame(cfg, err, first_step=first_step)  # the user's code failed: their error, exit 2
         if trainer is not None:
             trainer.record_failure(blamed or err)
         if blamed is not None:
@@ -142,8 +136,7 @@ class Trainer:
         eval_batch = cfg.data.eval_batch_size or self.plan.micro_batch
         self.eval_loader = None if eval_ds is None else eval_loader(eval_ds, info.rank, info.world_size, eval_batch,
                                                                     cfg.data, info.device)
-        config_dict = cfg.model_dump(mode="json", by_alias=True)
-        sinks = build_sinks(cfg.telemetry.sinks, self.run, config_dict, warn=self.console.warn)
+        sinks = build_sinks(cfg.telemetry.sinks, self.run, cfg.model_dump(mode="json", by_alias=True), warn=self.console.warn)
         self.telemetry = Telemetry(cfg, info, self.run, sinks, flops_per_sample=self.flops.per_sample,
                                    tokens_per_sample=self.data_info.tokens_per_sample, precision=cfg.precision)
         fp16 = self.state.precision.scaler is not None
@@ -153,9 +146,7 @@ class Trainer:
             self.state.extras["spikes"] = self.faults.spikes  # its running median survives a resume or rollback
         self.ckpt = Checkpointer(cfg, info, self.run, self.state, env=self.env, console=self.console,
                                  heartbeat=self.faults.heartbeat)
-        self.profile = profiling.build(cfg, info, self.run.path, total_steps=self.total_steps, say=self.console.notice,
-                                       broadcast=lambda obj: distributed.broadcast_object(info, obj),
-                                       event=self.run.event)
+        self.profile = profiling.build(cfg, info, self.run, total_steps=self.total_steps, say=self.console.notice)
         reseed(cfg.run.seed, info.rank)
         if resuming:
             self.ckpt.restore_latest(force=force)  # checkpoints that all fail to verify: refused unless --force
@@ -166,8 +157,7 @@ class Trainer:
     def stop_workers(self) -> None:
         """On every exit path: live DataLoader workers must never outlive the run or block its exit."""
         batches = getattr(self, "batches", None)
-        iterator, loader = (batches.iterator, batches.loader) if batches is not None else (None, None)
-        shut_down_workers(iterator, loader, getattr(self, "eval_loader", None))
+        shut_down_workers(*(batches.iterator, batches.loader) if batches else (), getattr(self, "eval_loader", None))
 
     def close(self) -> None:
         """Give back what a run holds, on a path that did not reach ``_finish``: signal handlers and
@@ -245,14 +235,9 @@ class Trainer:
 
     def _step(self, batches) -> str | None:
         """One optimizer step and what follows it; "stop" when the run must end here (preempted)."""
-        if self.speed.pending_first_step:  # the first step after compiling: timed on its own, eager if the compiler fails
-            done = speedups.first_step(self.speed, lambda: self._train_step(batches), self.strategy.compiled,
-                                       reset=lambda: self.optimizer.zero_grad(set_to_none=True),
-                                       sync=lambda: dev.synchronize(self.info.device), warn=self._warn,
-                                       exclude_time=self.telemetry.exclude_time)
-        else:
-            done = self._train_step(batches)
-        return self._after_step(*done)
+        if self.speed.pending_first_step:  # after compiling: timed on its own, eager again if the compiler fails
+            return self._after_step(*speedups.first_step(self.speed, lambda: self._train_step(batches), self))
+        return self._after_step(*self._train_step(batches))
 
     def _train_step(self, batches) -> tuple:
         model, prec, faults, n = self.strategy.model, self.state.precision, self.faults, len(batches)
@@ -312,16 +297,7 @@ class Trainer:
         return None
 
     def _rollback(self, flags: StepFlags) -> None:
-        skips = self.loop.data_skips + [flags.position]
-        rollbacks = self.loop.rollbacks + 1
-        to_step = self.ckpt.restore_latest(announce=False)
-        if to_step is None:
-            raise RubinError(f"nan_policy=rollback at step {flags.bad_step}, but no committed checkpoint exists to "
-                             "roll back to; set checkpoint.every_steps or use nan_policy=skip")
-        self.loop.data_skips = skips  # restore_latest replaced the loop state: carry these over
-        self.loop.rollbacks = rollbacks
-        self.run.event("rollback", step=flags.bad_step, to_step=to_step, skipped_window=flags.position,
-                       rollbacks=rollbacks)
+        self.ckpt.roll_back(flags.bad_step, flags.position)
         self.telemetry.drop_losses()  # the interval's losses include the steps being undone
         self.faults.rewind(self.loop.step)
         self.batches.restart(self.loop)
@@ -331,8 +307,8 @@ class Trainer:
             return None
         self.faults.beat(step, "eval")
         t0 = time.perf_counter()
-        info = self.info
-        result = evaluate(self.strategy.model, self.eval_loader, self.task, info.device, self.state.precision, info)
+        result = evaluate(self.strategy.model, self.eval_loader, self.task, self.info.device, self.state.precision,
+                          self.info)
         self.telemetry.exclude_time(time.perf_counter() - t0)
         row = {"step": step, **result}
         self.telemetry.log_eval(row)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rubin.errors import RubinError
 from rubin.platform import device as dev
 from rubin.train import distributed
 from rubin.train.checkpoint.background import AsyncCheckpointer
@@ -239,6 +240,19 @@ class Checkpointer:
             self.run.event("resume", step=step, epoch=st.loop.epoch, sample_in_epoch=st.loop.sample_in_epoch)
             self.say(f"resuming from step {step} (checkpoint {path}), verified")
         return step
+
+    def roll_back(self, bad_step: int, window: list) -> int:
+        """nan_policy=rollback: load the newest checkpoint and mark the data WINDOW of BAD_STEP to be skipped."""
+        skips = self.state.loop.data_skips + [window]
+        rollbacks = self.state.loop.rollbacks + 1
+        to_step = self.restore_latest(announce=False)
+        if to_step is None:
+            raise RubinError(f"nan_policy=rollback at step {bad_step}, but no committed checkpoint exists to "
+                             "roll back to; set checkpoint.every_steps or use nan_policy=skip")
+        self.state.loop.data_skips = skips  # restore_latest replaced the loop state: carry these over
+        self.state.loop.rollbacks = rollbacks
+        self.run.event("rollback", step=bad_step, to_step=to_step, skipped_window=window, rollbacks=rollbacks)
+        return to_step
 
     def _load(self, path: Path) -> None:
         """Model, optimizer, scheduler, scaler and loop position from PATH; any error means "invalid, fall back"."""

@@ -163,13 +163,15 @@ def check(cfg, total_steps: int) -> None:
                total_steps=total_steps)
 
 
-def build(cfg, info, run_path, *, total_steps: int, broadcast, say=print, event=None):
-    """The loop's profiler handle: ``Off`` unless profile.enabled.
-    BROADCAST shares rank 0's run id (one collective, at setup)."""
+def build(cfg, info, run, *, total_steps: int, say=print):
+    """The loop's profiler handle for the run dir RUN: ``Off`` unless profile.enabled.
+    Rank 0's run id is broadcast to every rank (one collective, at setup)."""
+    from rubin.train import distributed
+
     pcfg = cfg.profile
     if not pcfg.enabled:
         return Off()
     bounds = window(pcfg, ckpt_every=cfg.checkpoint.every_steps, compile=cfg.distributed.compile,
                     total_steps=total_steps)
-    run_id = broadcast(uuid.uuid4().hex if info.is_main else None)
-    return ProfileWindow(pcfg, info, run_path, run_id=run_id, bounds=bounds, say=say, event=event)
+    run_id = distributed.broadcast_object(info, uuid.uuid4().hex if info.is_main else None)
+    return ProfileWindow(pcfg, info, run.path, run_id=run_id, bounds=bounds, say=say, event=run.event)

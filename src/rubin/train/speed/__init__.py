@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rubin.errors import UsageError
+from rubin.platform import device as dev
 from rubin.train.speed import compile as comp
 
 
@@ -65,23 +66,25 @@ def _fused_head(mode, model, device, task: str):
     return install(model)
 
 
-def first_step(speed: Speedups, step, blocks, *, reset, sync, warn, exclude_time):
-    """Run the loop's step; the first one after compiling is timed on its own and falls back to eager
-    with one warning if the compiler fails. Its time is left out of throughput and MFU."""
+def first_step(speed: Speedups, step, trainer):
+    """Run the loop's STEP; the first one after compiling is timed on its own and falls back to eager
+    with one warning if the compiler fails. Its time is left out of throughput and MFU. TRAINER gives
+    the compiled blocks (``strategy.compiled``), the optimizer, the device, ``_warn`` and the telemetry."""
     if not speed.pending_first_step:
         return step()
     speed.pending_first_step = False
+    blocks = trainer.strategy.compiled
     speed.report.compiled = len(blocks)
 
     def retryable():
         try:
             return step()
         except Exception:
-            reset()  # a backward that failed half-way may have left gradients on some parameters
+            trainer.optimizer.zero_grad(set_to_none=True)  # a failed backward may have left some gradients
             raise
 
-    result = comp.first_step(retryable, blocks, speed.report, sync=sync)
+    result = comp.first_step(retryable, blocks, speed.report, sync=lambda: dev.synchronize(trainer.info.device))
     for message in speed.report.warnings:
-        warn(message)
-    exclude_time(speed.report.compile_s)
+        trainer._warn(message)
+    trainer.telemetry.exclude_time(speed.report.compile_s)
     return result
