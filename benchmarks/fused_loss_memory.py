@@ -23,7 +23,7 @@ import time
 
 def child(a) -> dict:
     import torch
-    from rubin.train.outputs import cross_entropy
+    from rubin.workloads.contract.outputs import cross_entropy
 
     from rubin.platform import device as dev
     from rubin.workloads import DataInfo, build_model

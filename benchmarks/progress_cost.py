@@ -25,10 +25,8 @@ import time
 
 
 def _console_cls():
-    try:
-        from rubin.train.observe.console import Console  # the layout after the train/ split
-    except ImportError:
-        from rubin.train.console import Console
+    from rubin.train.observe.console import Console
+
     return Console
 
 
@@ -48,7 +46,8 @@ def one_trial(kind: str, points: int, every: int) -> float:
     real = sys.stdout
     sys.stdout = _FakeTty() if kind == "bar" else io.StringIO()
     try:
-        c = Console(enabled=kind != "off", total_steps=points * every)
+        c = Console(quiet=kind == "off")
+        c.begin(points * every, main=True)
         if kind == "bar":
             assert c._progress is not None, "the bar did not start on a terminal"
         t0 = time.perf_counter()

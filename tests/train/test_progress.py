@@ -6,7 +6,7 @@ import io
 from types import SimpleNamespace
 
 import rich.progress
-import rubin.train.console as console_mod
+import rubin.train.observe.console as console_mod
 from utils import invoke
 
 
@@ -53,7 +53,8 @@ def test_the_bar_moves_at_log_points_only_and_shows_loss_elapsed_and_eta(tmp_pat
 
 def _columns(monkeypatch):
     monkeypatch.setattr(console_mod, "sys", SimpleNamespace(stdout=_Tty()))
-    c = console_mod.Console(enabled=True, total_steps=10)
+    c = console_mod.Console()
+    c.begin(10, main=True)
     try:
         assert c._progress.speed_estimate_period == console_mod.SMOOTH_S
         return c._progress.columns
