@@ -23,10 +23,10 @@ import time
 
 def child(a) -> dict:
     import torch
-    from rubin.workloads.contract.outputs import cross_entropy
 
     from rubin.platform import device as dev
     from rubin.workloads import DataInfo, build_model
+    from rubin.workloads.contract.outputs import cross_entropy
     from rubin.workloads.fused_loss import fused_lm_loss
 
     device = dev.pick_device(0, "cpu" if a.small else "auto")

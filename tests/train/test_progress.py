@@ -6,8 +6,9 @@ import io
 from types import SimpleNamespace
 
 import rich.progress
-import rubin.train.observe.console as console_mod
 from utils import invoke
+
+import rubin.train.observe.console as console_mod
 
 
 class _Tty(io.StringIO):
