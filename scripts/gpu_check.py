@@ -92,6 +92,11 @@ def derived_figures(out: Path) -> list[dict]:
         rows.append(figure("GPT-124M tokens/s", train.get("tokens_per_s"), "tok/s", "-", None, "gpt124m.json"))
         mfu = train.get("mfu")
         rows.append(figure("GPT-124M MFU", mfu, "", ">= 0.45", None if mfu is None else mfu >= 0.45, "gpt124m.json"))
+    prof = _load(out / "profile.json")
+    if prof:  # the bottleneck rubin profile names, held against what the GPU-speed figures show (a person compares)
+        v = prof.get("verdict") or {}
+        rows.append(figure("GPT-124M profile verdict", v.get("id", "none"), "", "matches the speed figures", None,
+                           "profile.json"))
     return rows
 
 

@@ -54,6 +54,7 @@ def test_summary_of_the_recorded_h200_files(tmp_path):
     (out / "steps.tsv").write_text("doctor.json\tok\t6\t6\texit 0\npytest-gpu.txt\tfailed\t37\t50\texit 1\n"
                                    "bench-vs-plain.txt\tok\t9\t12\texit 0\n"
                                    "fp8-llama.txt\tskipped\t0\t70\tmissing benchmarks/fp8_llama.py\n")
+    (out / "profile.json").write_text(json.dumps({"verdict": {"id": "launch-bound", "finding": "GPU idle"}}))
     rc = gpu_check.main([str(out), "--total", "52"])
     summary = json.loads((out / "summary.json").read_text())
     figs = {f["figure"]: f for f in summary["figures"]}
@@ -64,6 +65,7 @@ def test_summary_of_the_recorded_h200_files(tmp_path):
     assert figs["gpu tests passed"]["value"] == 9
     assert figs["matmul bf16 MAMF cuda:0"]["value"] == 771.2
     assert figs["bench-vs-plain bf16 matmul 8192^3 rubin/plain"]["source"] == "bench-vs-plain.txt"
+    assert figs["GPT-124M profile verdict"]["value"] == "launch-bound"
     assert figs["gpu-check total"] == {**figs["gpu-check total"], "value": 52, "ok": True}
     assert summary["skipped"] == ["fp8-llama.txt"] and summary["failed"] == ["pytest-gpu.txt"]
     assert summary["steps"][3]["note"] == "missing benchmarks/fp8_llama.py"
