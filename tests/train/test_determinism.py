@@ -20,7 +20,9 @@ from trainhelp import summary
 from utils import ROOT, run_rubin
 
 REPRO = Path(__file__).with_name("determinism_repro.py")
-BUSY = "import torch\ntorch.set_num_threads(1)\na = torch.randn(384, 384)\nwhile True:\n    a = (a @ a).tanh()\n"
+# A core kept busy until the test's process is gone (a timeout that skips teardown still ends it).
+BUSY = ("import os, torch\ntorch.set_num_threads(1)\nparent = os.getppid()\na = torch.randn(384, 384)\n"
+        "while os.getppid() == parent:\n    a = (a @ a).tanh()\n")
 # The workload, smaller: a 4 x 768 MLP (its first layer has the 768 x 64 weight whose update
 # diverged), AdamW with its CPU defaults, grad clip 1.0, 400 steps; a checkpoint every 25 steps.
 WIDE = ["run.epochs=null", "run.deterministic=true", "model.name=mlp", "model.args={hidden: 768, depth: 4}",
