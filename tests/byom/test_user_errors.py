@@ -244,7 +244,7 @@ def test_a_distributed_failure_inside_forward_is_not_blamed_on_the_user():
         assert "your code raised ValueError: bad width at " in str(blame(err))
 
 
-def _first_step_refused(r, needle: str, source: str):
+def assert_first_step_refused(r, needle: str, source: str):
     assert r.exit_code == 2, r.stderr
     assert "internal error" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert needle in r.stderr and source in r.stderr
@@ -252,7 +252,7 @@ def _first_step_refused(r, needle: str, source: str):
 
 def test_a_model_of_the_wrong_input_width_is_the_users_error(user):
     r = invoke(_args(user / "run", "data.args={num_samples: 128, features: 8, num_classes: 4}"))
-    _first_step_refused(r, "your code raised RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+    assert_first_step_refused(r, "your code raised RuntimeError: mat1 and mat2 shapes cannot be multiplied",
                         "at the first step (model.import='usermodels:build')")
     assert summary(user / "run")["status"] == "failed"
 
@@ -265,7 +265,7 @@ def test_a_model_without_trainable_parameters_is_refused_before_training(user):
 
 def test_a_label_of_minus_one_is_the_datasets_error(user):
     r = invoke(_args(user / "run", "data.import=usermodels:minus_one", "data.name=digits", "data.args={}"))
-    _first_step_refused(r, "Target -1 is out of bounds", "data.import='usermodels:minus_one'")
+    assert_first_step_refused(r, "Target -1 is out of bounds", "data.import='usermodels:minus_one'")
 
 
 def test_one_class_is_refused(user):
