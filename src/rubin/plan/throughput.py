@@ -104,9 +104,13 @@ def from_summary(path: str | Path) -> Throughput:
     return Throughput(float(value), unit, gpus, gpu, f"run summary {p}", data.get("mfu"), tokens_per_sample)
 
 
+def on_cpu(device: str) -> bool:
+    return device == "cpu" or device.startswith("cpu:")
+
+
 def _refuse_cpu(device: str, what: str) -> None:
     """A CPU rate priced as a GPU's would be off by orders of magnitude, with exit 0: refuse it."""
-    if device == "cpu" or device.startswith("cpu:"):
+    if on_cpu(device):
         raise UsageError(f"{what} was measured on the CPU, not a GPU, so it cannot price or project GPU time; "
                          "pass a run or bench from a GPU, or a GPU figure by hand (--throughput N --measured-gpu KEY)")
 

@@ -148,6 +148,9 @@ def plan_cost(ctx: Context):
     from rubin.plan import prices, throughput
     from rubin.plan.cost import CostRequest, plan
 
+    device = str(json.loads((ctx.runs[0] / "summary.json").read_text()).get("device") or "")
+    if throughput.on_cpu(device):  # a CPU rate priced as GPU hours would be wrong by orders of magnitude
+        return "skipped", "the workload ran on the CPU, so there is no GPU rate to price; qualify on the GPU node"
     req = CostRequest(throughput=throughput.from_summary(ctx.runs[0]), work=ctx.work, unit="samples", prices=prices.load(ctx.prices))
     result = plan(req)
     ctx.files["plan-cost"] = _save(ctx, "plan-cost.json", result)
