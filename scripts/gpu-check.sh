@@ -100,7 +100,7 @@ step doctor.json         6 "$PY" -m rubin doctor --json
 # Only the files that hold gpu tests are collected (collecting the whole suite costs more than running these).
 # plan-memory below runs test_plan_gpu_memory.py's cases once, as figures.
 GPU_TESTS=$(grep -rlE "mark\.gpu|pytestmark = .*gpu" tests --include='test_*.py' | grep -v test_plan_gpu_memory.py | sort)
-step pytest-gpu.txt     42 "$PY" -m pytest -m gpu -q -p no:cacheprovider --continue-on-collection-errors $GPU_TESTS
+step pytest-gpu.txt     42 "$PY" -m pytest -o addopts= -m gpu -q -p no:cacheprovider --continue-on-collection-errors $GPU_TESTS
 step bench-matmul.txt   20 "$PY" -m rubin bench matmul --device $DEV "${MATMUL[@]}" --no-plot --out "$OUT/bench-matmul.json"
 step matmul-clocks.txt  10 "$PY" benchmarks/matmul_clocks.py "${CLOCKS[@]}"
 step bench-vs-plain.txt 12 "$PY" benchmarks/bench_vs_plain.py $SMALL --rounds $ROUNDS

@@ -17,7 +17,15 @@ def _has_cuda() -> bool:
         return False
 
 
+# Files whose tests run for minutes, started first: under pytest-xdist (addopts: --dist loadfile) a
+# worker that picked one of them up last would run it alone while the other sits idle.
+FIRST = ("tests/test_readme_demo.py", "tests/train/test_determinism.py", "tests/launch/test_slurm.py",
+         "tests/bench/test_gpu_check.py", "tests/byom/test_examples.py", "tests/profile/test_profile_analysis.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {f: i for i, f in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))  # stable: the rest keep their order
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; run scripts/gpu-check.sh on a GPU machine")
