@@ -136,12 +136,18 @@ def _train_until_killed(run, rng: random.Random) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_ten_kills_under_load_resume_bit_identical_to_reruns_under_load(tmp_path, busy_cores):
-    digests = []
-    for i in range(2):  # uninterrupted reruns, on the same busy cores
-        r = subprocess.run(train_cmd(tmp_path / f"ref{i}", WIDE), env=child_env(**TWO_THREADS), cwd=ROOT,
-                           capture_output=True, text=True, timeout=900)
-        assert r.returncode == 0, r.stderr[-2000:]
-        digests.append(summary(tmp_path / f"ref{i}")["param_digest"])
+    # two uninterrupted reruns, side by side on the same busy cores (each is load for the other)
+    refs = [subprocess.Popen(train_cmd(tmp_path / f"ref{i}", WIDE), env=child_env(**TWO_THREADS), cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        errs = [p.communicate(timeout=900)[1] for p in refs]
+    finally:
+        for p in refs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=60)
+    assert [p.returncode for p in refs] == [0, 0], errs[0][-1000:] + errs[1][-1000:]
+    digests = [summary(tmp_path / f"ref{i}")["param_digest"] for i in range(2)]
     assert digests[0] == digests[1]
     run, rng, kills = tmp_path / "killed", random.Random(28), []
     while len(kills) < 10:

@@ -85,7 +85,10 @@ def run(c: Case, device=None) -> dict:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [device.index] if device.type == "cuda" else None
-        wrap = lambda m: DDP(m, device_ids=ids)  # noqa: E731
+        # init_sync=False: a 1-rank group has nothing to broadcast, and gloo can free the broadcast's flat
+        # copy of the weights on its own thread, where the CPU profiler does not see the free (the
+        # measured resident bytes then hold one copy of the weights too many, under load)
+        wrap = lambda m: DDP(m, device_ids=ids, init_sync=False)  # noqa: E731
     m = measure_step(model, x, y, task=task, precision="bf16" if c.precision == "amp-bf16" else "fp32",
                      checkpointing=c.checkpointing, blocks=workloads.model_blocks(model), device=device, wrap=wrap)
     cc = dev.capability(device) if device.type == "cuda" else None
