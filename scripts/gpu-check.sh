@@ -27,7 +27,7 @@ if [ "$CPU" = 1 ]; then
   # CPU-sized: every step at twice its budget (a shared 2-core box starts Python and torch slowly),
   # the speed steps cut to one small round each; under 300 s in all.
   BUDGET_S=${BUDGET_S:-290}; SCALE=2
-  DEV=cpu; PREC=fp32; GPT_ARGS='{n_layer: 2, n_head: 2, n_embd: 64}'; SEQ=64; VOCAB=512; BATCH=8; STEPS=10; LOG=5
+  DEV=cpu; PREC=fp32; GPT_ARGS='{n_layer: 2, n_head: 2, n_embd: 64}'; SEQ=64; VOCAB=512; BATCH=8; STEPS=12; LOG=5
   SMALL=--small; ROUNDS=1; CLOCKS=(--small); PLAN=(--case gpt-small-bf16)
   # the speed steps once each, small: a check that they run, not figures
   PEERS=(--rounds 1 --long 20); FUSED=(--rounds 1 --steps 2); FP8=(--steps 3 --warmup 1)
@@ -51,7 +51,8 @@ step() {
   fi
   [ "$limit" -gt "$left" ] && limit=$left
   local t0; t0=$(date +%s)
-  timeout --kill-after=5 "$limit" "$@" > "$OUT/$name" 2> "$OUT/$name.stderr"
+  # through bash -c: timeout runs programs, and some steps are this script's functions (exported below)
+  timeout --kill-after=5 "$limit" bash -c '"$@"' "$name" "$@" > "$OUT/$name" 2> "$OUT/$name.stderr"
   local rc=$? secs=$(( $(date +%s) - t0 ))
   local status=ok
   [ "$rc" -ne 0 ] && status=failed
@@ -87,6 +88,9 @@ profile_step() {  # the cold compile, with the profiler on, then its report; tok
   gpt_train --profile --set run.max_steps=$STEPS --set "run.dir=$OUT/run-gpt124m" > "$OUT/gpt124m.json" \
     && cp "$OUT/gpt124m.json" "$OUT/compile-cold.json" && "$PY" -m rubin profile "$OUT/run-gpt124m" --json
 }
+
+export OUT PY WHEELS DEV PREC GPT_ARGS SEQ VOCAB BATCH STEPS LOG
+export -f install_wheels gpt_train profile_step
 
 # Budgets (s): rubin's own steps 140, the speed and profile steps 275; 415 in all.
 needs "$WHEELS"         wheels               5 install_wheels
