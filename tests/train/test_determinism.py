@@ -1,8 +1,8 @@
 """``run.deterministic``: what it pins, checked in fresh processes, and bit-identical results on busy cores.
 
-The slow tests run the training processes with 2 intra-op threads (the fault tests use 1) while two
-other processes keep both cores busy: the conditions under which a step's result could depend on how
-the threads were scheduled.
+The slow tests run the training processes with 2 intra-op threads (the fault tests use 1) while another
+process keeps a core busy: three runnable threads on two cores (more under the suite's second worker),
+the conditions under which a step's result could depend on how the threads were scheduled.
 """
 
 import json
@@ -74,9 +74,9 @@ def test_a_deterministic_run_records_what_it_pinned_in_its_env(tmp_path):
 
 @pytest.fixture
 def busy_cores():
-    """Two processes that keep both cores busy for the length of the test, ended after it."""
-    procs = [subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for _ in range(2)]
+    """A process that keeps a core busy for the length of the test, ended after it. One is enough to
+    oversubscribe the cores under a 2-thread run; a second one only slowed the rest of the suite."""
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     yield procs
     for p in procs:
         p.kill()
