@@ -32,6 +32,7 @@ def test_the_readme_holds_one_generated_block():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # the whole demo: 210 s beside the suite's other worker, more on busier cores
 def test_the_readme_demo_transcript_matches_a_fresh_run():
     if importlib.util.find_spec("sklearn") is None:  # not imported here: importing it sets KMP_* variables
         pytest.skip("the digits data set ships with scikit-learn (the [digits] extra)")

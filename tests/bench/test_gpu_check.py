@@ -79,6 +79,7 @@ def test_gather_without_a_run_is_bad_input(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # the script's own limit is 290 s CPU-sized; the subprocess gets 400
 def test_cpu_mode_runs_every_step_within_its_budget(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, GPU_CHECK_CPU="1", OUT=str(out), PY=sys.executable, WHEELS=str(tmp_path / "no-wheels"))

@@ -1,6 +1,7 @@
 """Real processes killed mid-save, and a really full disk (RLIMIT_FSIZE): nothing torn is ever used."""
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -36,6 +37,19 @@ def wait_for_line(proc, text, timeout=60):
             return
     proc.kill()
     raise AssertionError(f"never saw {text!r}; stderr: {''.join(seen)[-2000:]}")
+
+
+def _stdout_line(proc, text, timeout) -> bool:
+    """Whether TEXT appears on stdout within TIMEOUT seconds. Reads the pipe's fd itself: a buffered
+    readline can take two lines at once and leave select() nothing to report."""
+    fd, seen, deadline = proc.stdout.fileno(), b"", time.monotonic() + timeout
+    while text.encode() not in seen:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 4096) if ready else b""
+        if not chunk:  # timed out, or the worker closed its stdout
+            return False
+        seen += chunk
+    return True
 
 
 @pytest.mark.timeout(60)
@@ -84,10 +98,10 @@ def test_really_full_disk_gives_a_clear_error_and_keeps_the_previous(tmp_path):
 def test_sigkill_during_async_background_write_leaves_a_resumable_state(tmp_path, phase):
     proc = spawn(["async", tmp_path], fault=f"pause@step=2,phase={phase},seconds=60")
     wait_for_line(proc, f"pause 60 s at {phase} step=2")
+    # the loop moves on while the write is paused (60 s): its line can come just after the pause's
+    assert _stdout_line(proc, "submitted 2", timeout=30)  # the write is in the background
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    out = proc.stdout.read()
-    assert "submitted 2" in out  # the loop had moved on: the write was in the background
     assert not (tmp_path / "step-00000002").exists()
     store = CheckpointStore(tmp_path, keep_last=3)
     latest = store.latest_valid()
