@@ -98,10 +98,12 @@ def test_really_full_disk_gives_a_clear_error_and_keeps_the_previous(tmp_path):
 def test_sigkill_during_async_background_write_leaves_a_resumable_state(tmp_path, phase):
     proc = spawn(["async", tmp_path], fault=f"pause@step=2,phase={phase},seconds=60")
     wait_for_line(proc, f"pause 60 s at {phase} step=2")
-    # the loop moves on while the write is paused (60 s): its line can come just after the pause's
-    assert _stdout_line(proc, "submitted 2", timeout=30)  # the write is in the background
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
+    try:  # the loop moves on while the write is paused (60 s): its line can come just after the pause's
+        moved_on = _stdout_line(proc, "submitted 2", timeout=30)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert moved_on  # the write was in the background
     assert not (tmp_path / "step-00000002").exists()
     store = CheckpointStore(tmp_path, keep_last=3)
     latest = store.latest_valid()
