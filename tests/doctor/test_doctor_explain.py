@@ -240,13 +240,15 @@ def test_live_facts_confirm_the_driver_cause():
 
 
 def test_live_facts_rerank_between_close_causes():
-    # "ncclSystemError" alone is generic; a 64 MB /dev/shm on this machine confirms its first cause
+    # "ncclSystemError" alone is a wrapper; a 64 MB /dev/shm on this machine confirms its usual cause
     from test_doctor_checks import TRIGGERS
 
     f = TRIGGERS["system.shm_small"][0](healthy())
-    m = explain.explain("ncclSystemError: System call (e.g. socket, malloc) or external library call failed", registry.run_checks(f))
-    assert m[0].entry.id == "nccl_unhandled_system"
-    assert [c.check for c in m[0].confirmed_by] == ["system.shm_small"]
+    text = "ncclSystemError: System call (e.g. socket, malloc) or external library call failed"
+    m = explain.explain(text, registry.run_checks(f))
+    plain = explain.explain(text)
+    assert m[0].entry.id == "nccl_shm" and [c.check for c in m[0].confirmed_by] == ["system.shm_small"]
+    assert m[0].score > plain[0].score and not plain[0].confirmed_by
 
 
 def test_explain_with_facts_never_imports_torch_so_never_touches_cuda(tmp_path):

@@ -64,18 +64,24 @@ def _rates(loso):
 
 @pytest.mark.slow
 def test_leave_one_source_out_holds_its_measured_level(loso):
-    # the level reached on the committed corpus (92.6% / 96.1% / 0%): a regression below it fails here
+    # the level reached on the committed corpus (96.0% / 97.8% / 0%): a regression below it fails here
     top1, top3, false_confident = _rates(loso)
     assert loso.sources >= 25 and loso.n >= 450
-    assert top1 >= 0.92 and top3 >= 0.955 and false_confident <= 0.05, (top1, top3, false_confident, loso.misses[:20])
+    assert top1 >= 0.955 and top3 >= 0.975 and false_confident <= 0.05, (top1, top3, false_confident, loso.misses[:20])
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 25 targets not reached yet: NCCL and cloud families (see docs/doctor.md)")
-def test_leave_one_source_out_meets_the_issue_targets(loso):
-    # strict: the day the targets are met this xpasses and fails, so the marker must go
-    top1, top3, false_confident = _rates(loso)
-    assert top1 >= 0.95 and top3 >= 0.98 and false_confident <= 0.05, (top1, top3, false_confident)
+def test_leave_one_source_out_meets_the_issue_top1_and_false_confident_targets(loso):
+    top1, _, false_confident = _rates(loso)
+    assert top1 >= 0.95 and false_confident <= 0.05, (top1, false_confident)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 25's top-3 target (98%) not reached yet: texts with no telling line"
+                                       " (see docs/doctor.md)")
+def test_leave_one_source_out_meets_the_issue_top3_target(loso):
+    # strict: the day the target is met this xpasses and fails, so the marker must go
+    assert _rates(loso)[1] >= 0.98
 
 
 def test_a_left_out_source_teaches_nothing():
@@ -131,6 +137,57 @@ def test_facts_read_from_the_message():
     prefix = deciders.state_dict('Missing key(s) in state_dict: "conv1.weight".\nUnexpected key(s) in state_dict: '
                                  '"module.conv1.weight".')
     assert prefix["ckpt_module_prefix"].factor > 1 > prefix["ckpt_missing_keys"].factor
+
+
+def test_facts_that_split_entries_sharing_one_message():
+    gres = deciders.slurm("sbatch --gres=gpu:teslap100:1 job.sh\nsbatch: error: Batch job submission failed: "
+                          "Requested node configuration is not available")
+    plain = deciders.slurm("sbatch -N 64 job.sh\nsbatch: error: Requested node configuration is not available")
+    assert gres["slurm_gres"].bonus > 0 and gres["slurm_node_config"].factor < 1 and "--gres" in gres["slurm_gres"].fact
+    assert plain["slurm_node_config"].bonus > 0 and plain["slurm_gres"].factor < 1
+    assert deciders.slurm("Unable to allocate resources: --gres=gpu:2") == {}
+    ddp = ('  File "/x/torch/nn/parallel/distributed.py", line 298, in __init__\n    self._sync_params_and_buffers()\n'
+           "RuntimeError: Tensors must be CUDA and dense")
+    assert explain.explain(ddp)[0].entry.id == "ddp_module_on_cpu"
+    assert explain.explain("dist.all_reduce(t)\nRuntimeError: Tensors must be CUDA and dense")[0].entry.id == "nccl_cpu_tensor"
+    bn = deciders.state_dict('Error(s) in loading state_dict for DataParallel:\n\tUnexpected key(s) in state_dict: '
+                             '"module.bn1.num_batches_tracked", "module.layer1.0.bn1.num_batches_tracked"')
+    assert bn["ckpt_missing_keys"].bonus > 0 and bn["ckpt_module_prefix"].factor < 1 and "2 listed" in bn["ckpt_missing_keys"].fact
+    mixed = deciders.state_dict('Unexpected key(s) in state_dict: "module.bn1.num_batches_tracked", "module.fc.weight"')
+    assert "ckpt_missing_keys" not in mixed or mixed["ckpt_missing_keys"].bonus == 0
+
+
+def _examples(*labelled: tuple[str, str | None, str]) -> corpus.Examples:
+    return corpus.Examples([corpus.Example(text, source, f"https://x/{i}", cause, "r")
+                            for i, (text, cause, source) in enumerate(labelled)])
+
+
+WRAPPED = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8"
+
+
+def test_a_wrapper_message_puts_its_usual_confirmed_cause_first_as_a_weak_candidate():
+    shm = [(WRAPPED + f" in container {i}", "nccl_shm", f"repo{i}") for i in range(3)]
+    learned = _examples(*shm, (WRAPPED + " two nodes", "nccl_socket", "repo8"),
+                        (WRAPPED + " eth0", "nccl_socket", "repo9"), ("unrelated", "nccl_shm", "repo7"))
+    m = explain.explain(WRAPPED, examples=learned, top=4)
+    assert [x.entry.id for x in m[:3]] == ["nccl_shm", "nccl_unhandled_system", "nccl_socket"]
+    assert m[0].evidence == "prior" and "3 of 5 confirmed cases" in m[0].fact and m[0].confidence < explain.WEAK
+    rep = explain.report(WRAPPED)
+    assert rep["weak"] and any("wrapper message" in d["why_unsure"] for d in rep["decide"])
+    # no majority, too few cases, or a left-out source: the wrapper stays first
+    assert explain.explain(WRAPPED, examples=_examples(*shm[:2], *[(WRAPPED + f" {i}", "nccl_socket", f"s{i}")
+                                                                   for i in range(2)]))[0].entry.id == "nccl_unhandled_system"
+    assert explain.explain(WRAPPED, examples=_examples(*shm[:2]))[0].entry.id == "nccl_unhandled_system"
+    two_sources = _examples(*[(WRAPPED + f" {i}", "nccl_shm", "one") for i in range(3)], (WRAPPED, "nccl_socket", "two"))
+    assert explain.explain(WRAPPED, examples=two_sources)[0].entry.id == "nccl_shm"
+    assert explain.explain(WRAPPED, examples=two_sources.without("one"))[0].entry.id == "nccl_unhandled_system"
+
+
+def test_a_context_entry_stays_a_candidate_without_its_context():
+    text = "RuntimeError: cuda runtime error (101) : invalid device ordinal"
+    ids = [m.entry.id for m in explain.explain(text)]
+    assert ids[0] == "invalid_device_ordinal" and "mig_device_ordinal" in ids
+    assert explain.explain(text + "\nGPU 0: NVIDIA A100 (MIG 3g.40gb Device 1)")[0].entry.id == "mig_device_ordinal"
 
 
 def test_cli_prints_cause_fix_and_the_deciding_fact():

@@ -112,13 +112,24 @@ class Examples:
         self.terms = terms
         self.bm25 = textmatch.BM25(terms)
         self._own: dict[int, float] = {}
+        self._left_out: frozenset[int] = frozenset()
+        self._matching: dict[str, list[int]] = {}  # shared with the views: a text's match does not depend on them
 
     def without(self, source: str) -> Examples:
         """The same examples with one source left out: nothing of it is learned, not even its word counts."""
         view = object.__new__(Examples)
-        view.examples, view.terms, view._own = self.examples, self.terms, {}
-        view.bm25 = self.bm25.without(i for i, e in enumerate(self.examples) if e.source == source)
+        view.examples, view.terms, view._own, view._matching = self.examples, self.terms, {}, self._matching
+        held = frozenset(i for i, e in enumerate(self.examples) if e.source == source)
+        view._left_out = held | self._left_out
+        view.bm25 = self.bm25.without(held)
         return view
+
+    def matching(self, key: str, test) -> list[Example]:
+        """The examples (not left out) whose text passes ``test``; cached under ``key``."""
+        hits = self._matching.get(key)
+        if hits is None:
+            hits = self._matching[key] = [i for i, e in enumerate(self.examples) if test(e.text)]
+        return [self.examples[i] for i in hits if i not in self._left_out]
 
     def _weight(self, i: int) -> float:
         got = self._own.get(i)

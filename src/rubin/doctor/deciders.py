@@ -71,6 +71,7 @@ def oom(text: str) -> dict[str, Decision]:
 
 
 _KEYS = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict:\s*\"([^\"]+)\"")
+_KEY_LISTS = re.compile(r"(?:Missing|Unexpected) key\(s\) in state_dict:((?:\s*\"[^\"]+\",?)+)")
 _WRAPPERS = ("module.", "_orig_mod.", "model.")
 _SIZES = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) from checkpoint,"
                     r" the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")
@@ -82,7 +83,13 @@ def state_dict(text: str) -> dict[str, Decision]:
     a head with another number of classes vs another model, from the size-mismatch shapes."""
     out: dict[str, Decision] = {}
     keys = {kind: key for kind, key in _KEYS.findall(text)}
-    if len(keys) == 2:
+    listed = [k for group in _KEY_LISTS.findall(text) for k in re.findall(r'"([^"]+)"', group)]
+    if listed and all(k.endswith("num_batches_tracked") for k in listed):
+        fact = (f"only BatchNorm's num_batches_tracked buffers differ ({len(listed)} listed): the checkpoint and the model"
+                " come from either side of torch 0.4.1 (or track_running_stats differs), not a renamed model;"
+                " load with strict=False")
+        out = {"ckpt_missing_keys": Decision(2.0, 1.0, fact), "ckpt_module_prefix": Decision(0.3, 0.0, fact)}
+    elif len(keys) == 2:
         missing, unexpected = keys["Missing"], keys["Unexpected"]
         bare_m, bare_u = _bare(missing), _bare(unexpected)
         if missing != unexpected and bare_m == bare_u:
@@ -138,9 +145,43 @@ def loss_scale(text: str) -> dict[str, Decision]:
     return {"fp16_loss_scale": Decision(1.0, 0.5, fact)}
 
 
+_NODE_CONFIG = re.compile(r"Requested node configuration is not available", re.I)
+_GPU_REQUEST = re.compile(r"--gres\b|--gpus|--gpus-per-\w+|\bgres[=:/]|\bgpu:\w", re.I)
+
+
+def slurm(text: str) -> dict[str, Decision]:
+    """"Requested node configuration is not available": GPUs the partition lacks, or CPUs, memory or nodes."""
+    if not _NODE_CONFIG.search(text):
+        return {}
+    gpus = _GPU_REQUEST.search(text)
+    if gpus:
+        fact = f"the request asks for GPUs ({gpus.group(0)}...) and no node of the partition has them"
+        return {"slurm_gres": Decision(1.0, 1.0, fact), "slurm_node_config": Decision(0.5, 0.0, fact)}
+    fact = "the request names no GPUs: its CPUs, memory, features or node count exceed every node of the partition"
+    return {"slurm_node_config": Decision(1.0, 1.0, fact), "slurm_gres": Decision(0.5, 0.0, fact)}
+
+
+_CPU_TENSOR = re.compile(r"Tensors must be CUDA and dense|No backend type associated with device type cpu", re.I)
+_DDP_INIT = re.compile(r"distributed\.py\", line \d+, in __init__|_sync_module_states|_sync_params_and_buffers"
+                       r"|_distributed_broadcast_coalesced|_verify_param_shape_across_processes")
+
+
+def cpu_tensor(text: str) -> dict[str, Decision]:
+    """NCCL got a CPU tensor: in DDP's constructor (the model was wrapped before it moved) or in a collective."""
+    if not _CPU_TENSOR.search(text):
+        return {}
+    where = _DDP_INIT.search(text)
+    if not where:
+        return {}
+    fact = f"the CPU tensor reached NCCL inside DDP's constructor ({where.group(0)}): the model was wrapped before .cuda()"
+    return {"ddp_module_on_cpu": Decision(1.0, 2.0, fact), "nccl_cpu_tensor": Decision(0.5, 0.0, fact)}
+
+
 def decide(text: str) -> dict[str, Decision]:
     """Every decision the message's own facts support (entry id -> Decision)."""
     out = oom(text)
+    out.update(slurm(text))
+    out.update(cpu_tensor(text))
     out.update(state_dict(text))
     out.update(loss_scale(text))
     return out

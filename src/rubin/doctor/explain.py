@@ -17,6 +17,7 @@ match shows its close rivals, the fact that tells them apart, and what to collec
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from rubin.doctor import corpus, deciders, knowledge, textmatch
@@ -40,6 +41,9 @@ EXAMPLE_WEIGHT = 1.0  # the best corpus example of an entry: its similarity (0..
 MIN_EXAMPLE = 0.3  # an example less similar than this is no evidence
 WORDS_ONLY = 0.7  # without a pattern or a decided fact, the best confidence stays below WEAK's 0.6 ...
 OUTSIDE_DAMPING = 0.5  # an out-of-scope example closer than the best match's own: halve its confidence
+PRIOR_MIN = 3  # a wrapper's confirmed cases needed before the most common one is put first ...
+PRIOR_SHARE = 0.5  # ... and the share of them it must have (more than half)
+PRIOR_LEAD = 0.1  # ... just above the wrapper: its confidence stays weak, the wrapper is the runner-up
 
 WHAT_TO_COLLECT = [
     "the full error, including the first lines above the traceback (the first failing rank's log in multi-GPU runs)",
@@ -58,6 +62,7 @@ class Match:
     confirmed_by: list[Finding] = field(default_factory=list)
     confidence: float = 0.0
     evidence: str = "pattern"  # "pattern": a regex matched; "fact": a decider read it from the message;
+    #                            "prior": the usual cause of a wrapper message that matched;
     #                            "example": a corpus text reads alike; "words": the ranking alone
     fact: str = ""  # the deciding fact read from the text, printed with the cause and fix
     nearest: str = ""  # the url of the closest real-error example of this cause
@@ -126,8 +131,56 @@ def explain(text: str, findings: list[Finding] | None = None, top: int = TOP,
         out.append(Match(entry, score, matched or ["words: " + ", ".join(words[:8])], confirmed, evidence=evidence,
                          fact=fact, nearest=example.url if example else "", nearest_score=near))
     out.sort(key=lambda m: -m.score)
+    if out and out[0].entry.generic:
+        _usual_cause(out, examples if examples is not None else corpus.examples(), problems)
+    _keep_specialised(out, top)
     _confidences(out, outside)
     return out[:top]
+
+
+def _keep_specialised(out: list[Match], top: int) -> None:
+    """An entry for one context (MIG) whose pattern matched while its context is not in the text ranks low;
+    it still takes the last of the ``top`` places, so the one fact that would make it the answer is shown."""
+    if top < 2:
+        return
+    for m in out[top:]:
+        if m.entry.requires is not None and m.evidence == "pattern":
+            m.score = out[top - 1].score + 0.01
+            out.sort(key=lambda x: -x.score)
+            return
+
+
+def _usual_cause(out: list[Match], examples: corpus.Examples, problems: list[Finding]) -> None:
+    """When only a wrapper message matched (NCCL's "unhandled system error", nvidia-smi's "couldn't
+    communicate with the driver"), rank what that wrapper turned out to be in the corpus's confirmed cases:
+    the cause of more than half of them goes first, as a weak candidate with the count as its reason, the
+    wrapper stays the runner-up, and every other cause seen at least twice follows it."""
+    wrapper = out[0]
+    cases = [e.cause for e in examples.matching(wrapper.entry.id, lambda t: bool(_regex(wrapper.entry, t)[0]))
+             if e.cause is not None]
+    others = Counter(c for c in cases if c != wrapper.entry.id).most_common()
+    if len(cases) < PRIOR_MIN:
+        return
+    for i, (cause, k) in enumerate(others):
+        if i == 0 and k / len(cases) > PRIOR_SHARE:
+            score = wrapper.score + PRIOR_LEAD
+        elif k >= 2:
+            score = wrapper.score - PRIOR_LEAD * (i + 1)
+        else:
+            break
+        found = next((m for m in out if m.entry.id == cause), None)
+        if found is None:
+            entry = knowledge.by_id(cause)
+            found = Match(entry, 0.0, [], [f for f in problems if f.check in entry.checks])
+            out.append(found)
+        if found.confirmed_by:  # this machine's facts back the usual cause as they back a matched one
+            score *= CONFIRM_BOOST
+        if found.score < score:
+            found.score, found.evidence = score, "prior"
+            found.matched = [f"the wrapper's usual causes: {k} of {len(cases)} confirmed cases"]
+            found.fact = (f"the message is a wrapper ({wrapper.entry.title}); in {k} of {len(cases)} confirmed cases"
+                          " that carried it, the cause was this one")
+    out.sort(key=lambda m: -m.score)
 
 
 def _fact(matched: list[str], example: corpus.Example | None) -> str:
@@ -182,6 +235,8 @@ def _why_unsure(m: Match, best: Match) -> str:
         return "a pattern matches, but another cause scores as well" if m is best else "ranks below the best match"
     if m.evidence == "fact":
         return "only the numbers in the message point here"
+    if m.evidence == "prior":
+        return "only how often the wrapper message turned out to be this cause"
     if m.evidence == "example":
         return "no pattern matches; the text only reads like a known case"
     return "no pattern matches; only some words are shared"

@@ -127,6 +127,15 @@ def entries() -> tuple[Entry, ...]:
                  for e in base()["entries"])
 
 
+def by_id(entry_id: str) -> Entry:
+    return _ids()[entry_id]
+
+
+@functools.lru_cache(maxsize=1)
+def _ids() -> dict[str, Entry]:
+    return {e.id: e for e in entries()}
+
+
 @functools.lru_cache(maxsize=1)
 def index() -> textmatch.BM25:
     """BM25 over every entry's text, in the order of ``entries()``."""

@@ -93,7 +93,7 @@ def scan(text: str) -> list[Problem]:
         key = " ".join(textmatch.words(block))
         if key not in answers:
             found = explain.explain(block, top=1)
-            answers[key] = found[0] if found and (found[0].evidence in ("pattern", "fact")) else None
+            answers[key] = found[0] if found and (found[0].evidence in ("pattern", "fact", "prior")) else None
         match = answers[key]
         if match is None:
             continue
