@@ -41,3 +41,12 @@ def test_accumulation_equals_one_big_batch(tmp_path):
     assert invoke(["train", "--quiet", *mlp_args(tmp_path / "acc", STEPS, "data.micro_batch_size=8")]).exit_code == 0
     a, b = losses(tmp_path / "big"), losses(tmp_path / "acc")
     assert max(abs(x - y) for x, y in zip(a, b)) < 1e-5
+
+
+def test_a_config_error_under_torchrun_is_one_line_per_node(tmp_path):
+    # every local rank meets the same typo before the group forms: local rank 0 says it, the others only exit 2
+    p = run_torchrun(2, ["train", "--quiet", *mlp_args(tmp_path / "run", STEPS, "optim.lrr=0.1")], timeout=240)
+    lines = [line for line in p.stderr.splitlines() if line.startswith("rubin: error:")]
+    assert p.returncode != 0 and len(lines) == 1, p.stderr[-3000:]
+    assert "optim.lrr" in lines[0] and "exitcode  : 2" in p.stderr
+    assert not (tmp_path / "run").exists()  # nothing was touched

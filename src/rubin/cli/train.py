@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+from rubin.errors import ExitCode, UsageError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,8 +27,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _deepspeed_overrides(path: str, *, quiet: bool) -> list[str]:
-    import os
-
     from rubin.platform.launcher import detect
     from rubin.train import deepspeed
 
@@ -35,6 +36,12 @@ def _deepspeed_overrides(path: str, *, quiet: bool) -> list[str]:
     return deepspeed.as_overrides(mapping)
 
 
+def _another_local_rank_says_it() -> bool:
+    """Under torchrun every rank of a node reads the same config and files and meets the same error
+    before the group forms: local rank 0 prints the line, the others exit with its code in silence."""
+    return "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("LOCAL_RANK", "0") != "0"
+
+
 def run(args) -> int:
     from rubin.train.config import describe_fields, load_config
 
@@ -42,13 +49,18 @@ def run(args) -> int:
         print(describe_fields())
         return 0
     overrides = args.overrides + (["profile.enabled=true"] if args.profile else [])
-    if args.from_deepspeed:
-        overrides = _deepspeed_overrides(args.from_deepspeed, quiet=args.quiet or args.json) + overrides
-    cfg = load_config(args.config, overrides)
-    if cfg.launch is not None:  # train ignores it, but a typo in it is still bad input here, not at `rubin launch` time
-        from rubin.launch.spec import launch_section
+    try:
+        if args.from_deepspeed:
+            overrides = _deepspeed_overrides(args.from_deepspeed, quiet=args.quiet or args.json) + overrides
+        cfg = load_config(args.config, overrides)
+        if cfg.launch is not None:  # train ignores it, but a typo in it is still bad input here, not at launch time
+            from rubin.launch.spec import launch_section
 
-        launch_section(cfg.launch)
+            launch_section(cfg.launch)
+    except UsageError:
+        if _another_local_rank_says_it():
+            return int(ExitCode.USAGE)
+        raise
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
