@@ -1,5 +1,6 @@
 """Statistics on synthetic samples: median, extremes and the distribution-free 95% interval."""
 
+import math
 import random
 
 import pytest
@@ -53,3 +54,29 @@ def test_decreasing_transform_keeps_the_figure_ordered():
 
 def test_relative_width():
     assert stats.rel_width({"median": 10.0, "ci95": [9.0, 11.0]}) == pytest.approx(0.2)
+
+
+def _exact_ranks(n: int, level: float = 0.95):
+    # the definition, summed afresh for every k with exact fractions: the reference for small n
+    from fractions import Fraction
+
+    best = None
+    for k in range(1, n // 2 + 1):
+        if 1 - 2 * Fraction(sum(math.comb(n, i) for i in range(k)), 2**n) >= Fraction(level).limit_denominator(1000):
+            best = k
+        else:
+            break
+    return None if best is None else (best - 1, n - best)
+
+
+def test_interval_ranks_match_the_exact_definition_and_huge_samples_finish(monkeypatch):
+    assert all(stats.median_ci_ranks(n) == _exact_ranks(n) for n in range(1, 160))
+    # a timed loop on a fast machine can collect this many samples; summing afresh per rank did not
+    # finish within the suite's 300 s timeout, one pass takes well under a second
+    lo, hi = stats.median_ci_ranks(200_000)
+    half = 1.959964 * math.sqrt(200_000) / 2  # the normal approximation: n/2 -+ 1.96 sqrt(n)/2
+    assert abs(lo - (100_000 - half)) <= 2 and abs(hi - (100_000 + half)) <= 2
+    # the log-space terms beyond EXACT_UP_TO agree with the exact integers
+    floats = [stats.median_ci_ranks(n) for n in (2001, 2500, 3999)]
+    monkeypatch.setattr(stats, "EXACT_UP_TO", 10_000)
+    assert floats == [stats.median_ci_ranks(n) for n in (2001, 2500, 3999)]
