@@ -12,7 +12,6 @@ import math
 from statistics import fmean, median, pstdev
 from typing import Callable, Iterable
 
-
 EXACT_UP_TO = 2000  # samples up to which the binomial terms are summed as exact integers (fast enough there)
 
 
