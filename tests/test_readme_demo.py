@@ -24,6 +24,24 @@ def test_the_check_compares_losses_and_accuracy_not_throughput():
     assert demo.figures(a) != demo.figures(drifted)
 
 
+def test_the_same_kind_of_cpu_must_give_the_same_figures_another_a_band():
+    demo = _script()
+    lines = ["step 20/1320  loss 2.0448  2,870.1 samples/s", "...", "step 1320/1320  loss 0.0016  2,769.3 samples/s",
+             "eval step 1320: loss 0.0690  accuracy 0.9805"]
+    here = "x86_64 GenuineIntel AVX2, torch 2.13.0+cpu, 2 threads"
+    readme = demo.block(lines, here)
+    other_cpu = [ln.replace("0.0016", "0.0005").replace("0.0690", "0.0798").replace("0.9805", "0.9833") for ln in lines]
+    assert demo.check(readme, lines, here)[0]
+    ok, what = demo.check(readme, other_cpu, here)  # the same CPU kind: a digit off is drift
+    assert not ok and "same kind of CPU" in what
+    ok, what = demo.check(readme, other_cpu, "x86_64 AuthenticAMD AVX512, torch 2.13.0+cpu, 2 threads")
+    assert ok and "cross-CPU band" in what
+    untrained = [ln.replace("0.0016", "0.4000").replace("0.9805", "0.8800") for ln in lines]
+    assert not demo.check(readme, untrained, "another")[0]
+    assert not demo.check(readme, [ln.replace("2.0448", "2.3026") for ln in lines], "another")[0]  # other init or data
+    assert demo.check(readme.replace(f"<!-- written on: {here} -->", ""), other_cpu, here)[0]  # unrecorded: the band
+
+
 def test_the_readme_holds_one_generated_block():
     demo = _script()
     block = demo.current()
@@ -40,3 +58,4 @@ def test_the_readme_demo_transcript_matches_a_fresh_run():
                        text=True, timeout=3600)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "README demo transcript matches" in p.stdout
+    assert "written on" in p.stdout or "same kind of CPU" in p.stdout  # the README records its CPU
