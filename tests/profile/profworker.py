@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from rubin.platform import process_group
+
 OUT, MODE = sys.argv[1], sys.argv[2]
 DELAY_S = 0.04
 
@@ -81,7 +83,7 @@ def main():
             "host": f"host-{rank}", "steps": [4, 8], "schedule": {"skip": 2, "warmup": 1, "active": 5}}
     with open(f"{OUT}/profile/rank-{rank}.meta.json", "w") as f:
         json.dump(meta, f)
-    dist.destroy_process_group()
+    process_group.leave()  # barrier, gloo's workers idle, destroy: else a rank can abort at exit
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from rubin.platform import process_group
+from rubin.platform.process_group import GLOO_WORKER, wait_gloo_idle
 from rubin.train import distributed
-from rubin.train.distributed import GLOO_WORKER, wait_gloo_idle
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the wait reads /proc")
 
@@ -23,7 +24,7 @@ linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the wai
 RANK = """
 import json, sys, threading, time, weakref
 import torch, torch.distributed as dist
-from rubin.train.distributed import wait_gloo_idle
+from rubin.platform.process_group import wait_gloo_idle
 
 rank, folder, wait = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "wait"
 dist.init_process_group("gloo", init_method=f"file://{folder}/group", rank=rank, world_size=2)
@@ -130,7 +131,21 @@ def test_teardown_waits_for_gloo_between_the_barrier_and_destroy(monkeypatch):
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "barrier", lambda: calls.append("barrier"))
     monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append("destroy"))
-    monkeypatch.setattr(distributed, "wait_gloo_idle", lambda: calls.append("wait"))
+    monkeypatch.setattr(process_group, "wait_gloo_idle", lambda: calls.append("wait"))
     info = distributed.DistInfo(world_size=2, initialized=True)
     distributed.teardown(info)
     assert calls == ["barrier", "wait", "destroy"] and not info.initialized
+
+
+def test_abort_destroys_without_a_barrier_or_a_wait(monkeypatch):
+    import torch.distributed as dist
+
+    calls = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append("destroy"))
+    monkeypatch.setattr(process_group, "wait_gloo_idle", lambda: calls.append("wait"))
+    info = distributed.DistInfo(world_size=2, initialized=True)
+    distributed.abort(info)
+    distributed.teardown(info)  # already left: nothing more
+    assert calls == ["destroy"] and not info.initialized

@@ -83,6 +83,7 @@ def main(argv: list[str]) -> int:
 
     from rubin.bench.busbw import element_count
     from rubin.platform import device as dev
+    from rubin.platform import process_group
 
     params = json.loads(open(argv[0]).read())
     out_path = argv[1]
@@ -93,7 +94,7 @@ def main(argv: list[str]) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = getattr(torch, params.get("dtype", "float32"))
     itemsize = torch.empty((), dtype=dtype).element_size()
-    rows = []
+    rows, finished = [], False
     try:
         for op in params["ops"]:
             for nbytes in params["sizes"]:
@@ -118,6 +119,7 @@ def main(argv: list[str]) -> int:
                 rows.append({"op": op, "bytes": count * itemsize, "count": count, "ranks": world,
                              "samples_s": times.cpu().tolist(), "wrong": int(wrong.item())})
                 del inp, out
+        finished = True
     finally:
         if rank == 0:
             meta = {"backend": backend, "world": world, "device": str(device),
@@ -126,7 +128,7 @@ def main(argv: list[str]) -> int:
             with open(tmp, "w") as f:
                 json.dump({"meta": meta, "rows": rows}, f)
             os.replace(tmp, out_path)
-        dist.destroy_process_group()
+        process_group.leave(barrier=finished)  # after an error peers may never reach a barrier
     return 0
 
 
