@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from rubin.platform import process_group
 from rubin.train.checkpoint import AsyncCheckpointer, CheckpointStore, save_file, snapshot_to_cpu
 
 
@@ -122,7 +123,7 @@ def fsdp_main(args) -> None:
         print(f"async rest of the save         {fmt(bg_s[1:])}   (waited for after the stall, off the loop)")
         print(f"ratio async stall / sync save  median {statistics.median(ratio):.3f}   min {min(ratio):.3f}   max {max(ratio):.3f}"
               f"   n={len(ratio)}   (target <= 0.1)")
-    dist.destroy_process_group()
+    process_group.leave()
 
 
 def launch_fsdp(args) -> None:
