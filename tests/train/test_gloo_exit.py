@@ -124,27 +124,26 @@ def test_the_wait_gives_up_at_its_timeout_and_ends_once_the_worker_sleeps():
     assert wait_gloo_idle(timeout_s=0.3, name="no-such-thread") is True
 
 
-def test_teardown_waits_for_gloo_between_the_barrier_and_destroy(monkeypatch):
+@pytest.fixture
+def calls(monkeypatch):
+    """What leaving the group called, in order (barrier, wait, destroy), with a group that says it is up."""
     import torch.distributed as dist
 
-    calls = []
+    seen = []
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
-    monkeypatch.setattr(dist, "barrier", lambda: calls.append("barrier"))
-    monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append("destroy"))
-    monkeypatch.setattr(process_group, "wait_gloo_idle", lambda: calls.append("wait"))
+    monkeypatch.setattr(dist, "barrier", lambda: seen.append("barrier"))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: seen.append("destroy"))
+    monkeypatch.setattr(process_group, "wait_gloo_idle", lambda: seen.append("wait"))
+    return seen
+
+
+def test_teardown_waits_for_gloo_between_the_barrier_and_destroy(calls):
     info = distributed.DistInfo(world_size=2, initialized=True)
     distributed.teardown(info)
     assert calls == ["barrier", "wait", "destroy"] and not info.initialized
 
 
-def test_abort_destroys_without_a_barrier_or_a_wait(monkeypatch):
-    import torch.distributed as dist
-
-    calls = []
-    monkeypatch.setattr(dist, "is_initialized", lambda: True)
-    monkeypatch.setattr(dist, "barrier", lambda: calls.append("barrier"))
-    monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append("destroy"))
-    monkeypatch.setattr(process_group, "wait_gloo_idle", lambda: calls.append("wait"))
+def test_abort_destroys_without_a_barrier_or_a_wait(calls):
     info = distributed.DistInfo(world_size=2, initialized=True)
     distributed.abort(info)
     distributed.teardown(info)  # already left: nothing more
