@@ -146,7 +146,7 @@ def loss_scale(text: str) -> dict[str, Decision]:
 
 
 _NODE_CONFIG = re.compile(r"Requested node configuration is not available", re.I)
-_GPU_REQUEST = re.compile(r"--gres\b|--gpus|--gpus-per-\w+|\bgres[=:/]|\bgpu:\w", re.I)
+_GPU_REQUEST = re.compile(r"--gres\b|--gpus|\bgres[=:/]|\bgpu:\w", re.I)
 
 
 def slurm(text: str) -> dict[str, Decision]:
