@@ -48,5 +48,8 @@ def test_a_config_error_under_torchrun_is_one_line_per_node(tmp_path):
     p = run_torchrun(2, ["train", "--quiet", *mlp_args(tmp_path / "run", STEPS, "optim.lrr=0.1")], timeout=240)
     lines = [line for line in p.stderr.splitlines() if line.startswith("rubin: error:")]
     assert p.returncode != 0 and len(lines) == 1, p.stderr[-3000:]
-    assert "optim.lrr" in lines[0] and "exitcode  : 2" in p.stderr
+    assert "optim.lrr" in lines[0]
+    # local rank 0 said it and failed first (exit 2); the silent rank never exits before it
+    root = p.stderr[p.stderr.index("Root Cause"):]
+    assert "local_rank: 0" in root.split("=====")[0] and "exitcode  : 2" in root.split("=====")[0], p.stderr[-3000:]
     assert not (tmp_path / "run").exists()  # nothing was touched

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from rubin.errors import ExitCode, UsageError
 
@@ -36,9 +37,12 @@ def _deepspeed_overrides(path: str, *, quiet: bool) -> list[str]:
     return deepspeed.as_overrides(mapping)
 
 
+SILENT_RANK_WAIT_S = 60.0
+
+
 def _another_local_rank_says_it() -> bool:
     """Under torchrun every rank of a node reads the same config and files and meets the same error
-    before the group forms: local rank 0 prints the line, the others exit with its code in silence."""
+    before the group forms: local rank 0 prints the line, the others say nothing."""
     return "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("LOCAL_RANK", "0") != "0"
 
 
@@ -59,6 +63,9 @@ def run(args) -> int:
             launch_section(cfg.launch)
     except UsageError:
         if _another_local_rank_says_it():
+            # Never exit first: torchrun ends the other ranks when one fails, and on a busy machine it
+            # ended local rank 0 before it printed the line. Local rank 0 exits 2 and torchrun ends this one.
+            time.sleep(SILENT_RANK_WAIT_S)
             return int(ExitCode.USAGE)
         raise
     if args.print_config:
