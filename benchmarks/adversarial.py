@@ -869,6 +869,26 @@ def _(tmp):
     return out
 
 
+@case("firsthour", "bare torchrun with a typo: one line per node, and torchrun's summary names it", expect=(1,))
+def _(tmp):
+    from utils import torchrun_cmd
+
+    # The ranks' own output goes to files (--redirects), judged like any rubin output; torchrun's own
+    # traceback and summary are torchrun's, and are only checked to name rubin's line as the root cause.
+    cmd = torchrun_cmd(2, ["train", "--quiet", *mlp_args(tmp / "run", 4, "optim.lrr=0.1")])
+    cmd[3:3] = [f"--log-dir={tmp / 'logs'}", "--redirects=3"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300,
+                       cwd=ROOT, stdin=subprocess.DEVNULL)
+    ranks = "".join(f.read_text() for f in sorted((tmp / "logs").rglob("stderr.log")))
+    out = Outcome(p.returncode, "", ranks)
+    line = next((ln for ln in ranks.splitlines() if ln.startswith("rubin: error:")), None)
+    if line is None or f"traceback : {line}" not in p.stderr:
+        out.lost.append("torchrun's summary does not name rubin's line as the root cause")
+    if (tmp / "run").exists():
+        out.lost.append("a run dir was made for bad input")
+    return out
+
+
 # -- runner -------------------------------------------------------------------------------------------
 def judge(c: Case, out: Outcome) -> dict:
     internal = "internal error" in out.stderr

@@ -61,3 +61,41 @@ def test_rubin_env_shows_the_launcher(monkeypatch, env, expected):
     assert json.loads(r.stdout)["launcher"]["launcher"] == expected
     r = invoke(["env", "--quick"])
     assert f"- launcher: `{expected}`" in r.stdout
+
+
+def _torchrun_summary(error_file) -> str:
+    """The failure box torchrun prints for a worker that exited 2 with this error file (torch's own reader)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    failure = ProcessFailure(local_rank=0, pid=4242, exitcode=2, error_file=str(error_file))
+    return ChildFailedError("rubin", {0: failure}).format_msg()
+
+
+def test_torchrun_summary_names_rubins_error_line(tmp_path, monkeypatch):
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    r = invoke(["train", str(tmp_path / "missing.yaml")])
+    assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    box = _torchrun_summary(error_file)
+    assert f"traceback : {r.stderr.strip()}" in box and "To enable traceback" not in box
+
+
+def test_torchrun_summary_names_an_internal_error(tmp_path, monkeypatch):
+    import rubin.cli.env as env_cmd
+
+    def broken(args):
+        raise KeyError("gpu_uuid")
+
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    monkeypatch.setattr(env_cmd, "run", broken)
+    r = invoke(["env"])
+    assert r.exit_code == 1 and "internal error: KeyError" in r.stderr
+    assert "traceback : rubin: internal error: KeyError: 'gpu_uuid'" in _torchrun_summary(error_file)
+
+
+def test_outside_torchrun_no_error_file_is_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    r = invoke(["train", "missing.yaml"])
+    assert r.exit_code == 2 and list(tmp_path.iterdir()) == []

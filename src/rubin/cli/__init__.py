@@ -15,6 +15,7 @@ import traceback
 
 from rubin import __version__
 from rubin.errors import ExitCode, RubinError
+from rubin.platform.launcher import tell_torchrun
 from rubin.redact import redact
 
 # name -> (module, one-line help). The order is the order shown in --help.
@@ -85,6 +86,12 @@ def _silence_stdout() -> None:
         pass
 
 
+def _say(line: str) -> None:
+    """The one error line: on stderr, and under torchrun also in the error file its summary reads."""
+    print(line, file=sys.stderr)
+    tell_torchrun(line)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except RubinError as err:
         # a preemption after a committed checkpoint is an orderly stop (exit 75), not an error
         label = "" if err.exit_code == ExitCode.PREEMPTED else "error: "
-        print(f"rubin: {label}{redact(str(err))}", file=sys.stderr)
+        _say(f"rubin: {label}{redact(str(err))}")
         if args.debug:
             traceback.print_exc()
             print(_versions(), file=sys.stderr)
@@ -119,12 +126,11 @@ def main(argv: list[str] | None = None) -> int:
             return int(ExitCode.OK)
         raise
     except Exception as err:  # noqa: BLE001 - the one boundary that turns bugs into one line
+        line = f"rubin: internal error: {type(err).__name__}: {redact(str(err))}"
         if args.debug:
             traceback.print_exc()
             print(_versions(), file=sys.stderr)
+            tell_torchrun(line)
         else:
-            print(
-                f"rubin: internal error: {type(err).__name__}: {redact(str(err))} (rerun with --debug for the traceback)",
-                file=sys.stderr,
-            )
+            _say(f"{line} (rerun with --debug for the traceback)")
         return int(ExitCode.FAILURE)

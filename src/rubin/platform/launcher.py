@@ -8,7 +8,9 @@ node sets the ranks its workers use).
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from dataclasses import dataclass
 
 from rubin.errors import UsageError
@@ -75,3 +77,23 @@ def describe(found: Launch) -> dict:
     """What ``rubin env`` shows: the launcher and this process's place in the job."""
     return {"launcher": found.source, "rank": found.rank, "local_rank": found.local_rank,
             "world_size": found.world_size, "master_addr": found.master_addr}
+
+
+def tell_torchrun(line: str) -> bool:
+    """Hand the error line a rank printed to torchrun, whose failure summary then shows it.
+
+    torchrun names a worker's error file in ``TORCHELASTIC_ERROR_FILE`` and reads it when the worker
+    exits non-zero: the "Root Cause" box of its summary says ``traceback : <the line>`` instead of a
+    link to its docs. The format is the one torch's own ``@record`` writes, without the call stack
+    (the box shows the stack instead of the message when one is there).
+    """
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return False
+    data = {"message": {"message": line, "extraInfo": {"timestamp": str(int(time.time()))}}}
+    try:
+        with open(path, "w") as fp:
+            json.dump(data, fp)
+    except OSError:  # the summary then keeps its link; the line is already on stderr
+        return False
+    return True
