@@ -35,7 +35,7 @@ import torch
 from rubin import workloads
 from rubin.runs import RunDir
 from rubin.train.config import load_config
-from rubin.train.optim import build_optimizer, build_scheduler
+from rubin.train.strategy import build_optimizer, build_scheduler
 from rubin.train.trainer import train
 from rubin.workloads.contract.outputs import loss_fn
 

@@ -11,8 +11,8 @@ import torch
 from hardkit import Payload, events, mlp_args, plant_dcp_attack, recommit, rubin, step_dir, summary
 from utils import invoke
 
-from rubin.train.checkpoint import dcp_reader
 from rubin.train.checkpoint import manifest as mf
+from rubin.train.checkpoint import safe_load
 
 
 @pytest.fixture(scope="module")
@@ -53,21 +53,21 @@ def test_restricted_reader_accepts_real_dcp_metadata_and_refuses_others(tmp_path
     opt.step()
     msd, osd = get_state_dict(m, opt)
     dcp.save({"model": msd, "optim": osd}, storage_writer=dcp.FileSystemWriter(str(tmp_path / "dcp")), no_dist=True)
-    assert dcp_reader.check(tmp_path / "dcp") == []
-    md = dcp_reader.load_metadata(tmp_path / "dcp")
+    assert safe_load.check(tmp_path / "dcp") == []
+    md = safe_load.load_metadata(tmp_path / "dcp")
     assert "model.weight" in md.state_dict_metadata and "optim.param_groups.0.lr" in md.state_dict_metadata
 
     into = torch.nn.Linear(3, 2)
     into_opt = torch.optim.AdamW(into.parameters())
     state = dict(zip(("model", "optim"), get_state_dict(into, into_opt)))
-    dcp.load(state, storage_reader=dcp_reader.reader(tmp_path / "dcp"), planner=dcp_reader.planner(), no_dist=True)
+    dcp.load(state, storage_reader=safe_load.reader(tmp_path / "dcp"), planner=safe_load.planner(), no_dist=True)
     assert torch.equal(state["model"]["weight"], msd["weight"])
 
     marker = tmp_path / "PWNED"
-    with pytest.raises(dcp_reader.UnsafeCheckpoint, match="refused global posix.system"):
-        dcp_reader.load_metadata_bytes(pickle.dumps(Payload(marker)))
-    with pytest.raises(dcp_reader.UnsafeCheckpoint, match="not DCP checkpoint metadata"):
-        dcp_reader.load_metadata_bytes(pickle.dumps({"a": 1}))
+    with pytest.raises(safe_load.UnsafeCheckpoint, match="refused global posix.system"):
+        safe_load.load_metadata_bytes(pickle.dumps(Payload(marker)))
+    with pytest.raises(safe_load.UnsafeCheckpoint, match="not DCP checkpoint metadata"):
+        safe_load.load_metadata_bytes(pickle.dumps({"a": 1}))
     assert not marker.exists()
 
 
@@ -76,7 +76,7 @@ def test_non_tensor_dcp_entry_with_a_payload_is_refused(tmp_path):
     import torch.distributed.checkpoint as dcp
 
     dcp.save({"lr": 0.5}, storage_writer=dcp.FileSystemWriter(str(tmp_path / "dcp")), no_dist=True)
-    md = dcp_reader.load_metadata(tmp_path / "dcp")
+    md = safe_load.load_metadata(tmp_path / "dcp")
     (index, info), = md.storage_data.items()
     marker = tmp_path / "PWNED"
     evil = io.BytesIO()
@@ -88,10 +88,10 @@ def test_non_tensor_dcp_entry_with_a_payload_is_refused(tmp_path):
     shard.write_bytes(bytes(blob))
     info.length = len(evil.getvalue())
     (tmp_path / "dcp" / ".metadata").write_bytes(pickle.dumps(md))
-    problems = dcp_reader.check(tmp_path / "dcp")
+    problems = safe_load.check(tmp_path / "dcp")
     assert problems and "is not plain data" in problems[0]
-    with pytest.raises(dcp_reader.UnsafeCheckpoint, match="dcp entry 'lr' is not plain data"):
-        dcp_reader.load({"lr": 0.0}, tmp_path / "dcp")
+    with pytest.raises(safe_load.UnsafeCheckpoint, match="dcp entry 'lr' is not plain data"):
+        safe_load.load({"lr": 0.0}, tmp_path / "dcp")
     assert not marker.exists()
 
 

@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from rubin.errors import UsageError
-from rubin.train.optim import build_optimizer, impl_flags
 from rubin.train.speed import compile as comp
 from rubin.train.speed import fp8
 from rubin.train.speed.prefetch import Prefetcher
+from rubin.train.strategy import build_optimizer, impl_flags
 
 CPU, CUDA = torch.device("cpu"), SimpleNamespace(type="cuda", index=0)
 

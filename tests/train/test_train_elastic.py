@@ -6,6 +6,8 @@ import pytest
 from trainhelp import events, losses, mlp_args, summary
 from utils import run_rubin, run_torchrun
 
+from rubin.train.faults.watchdog import read_all
+
 pytestmark = pytest.mark.slow
 STEPS = 12
 
@@ -73,6 +75,13 @@ def test_stalled_rank_is_named_and_the_job_exits(tmp_path):
         report = (run / f"hang-rank-{rank}.txt").read_text()
         assert "stalled_ranks: [1]" in report and "Python stacks" in report
     assert [e for e in events(run) if e["kind"] == "hang"]
+    beats = read_all(run, 2)  # written by each rank's watchdog thread, the stalled rank's too
+    assert beats[0] and beats[1] and beats[1]["step"] < beats[0]["step"]  # the stalled rank shows as behind
+
+
+def test_without_a_watchdog_no_heartbeat_file_is_written(single):
+    assert summary(single)["status"] == "completed"
+    assert not (single / "heartbeats").exists()  # the beats stay in memory: nobody would read the files
 
 
 def test_async_checkpoints_match_sync_and_survive_a_kill_mid_write(tmp_path, single):

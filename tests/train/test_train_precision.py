@@ -3,8 +3,7 @@ import copy
 import torch
 
 from rubin.train.config import OptimConfig
-from rubin.train.optim import build_optimizer, lr_factor, param_groups
-from rubin.train.precision import Precision
+from rubin.train.strategy import Precision, build_optimizer, lr_factor, param_groups
 
 
 def _model():

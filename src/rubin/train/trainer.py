@@ -31,9 +31,7 @@ from rubin.train.observe.console import Console
 from rubin.train.observe.sinks import build_sinks
 from rubin.train.observe.sinks import require as require_sinks
 from rubin.train.observe.telemetry import Telemetry
-from rubin.train.optim import build_optimizer, build_scheduler
-from rubin.train.precision import Precision
-from rubin.train.strategy import Strategy, resolve
+from rubin.train.strategy import Precision, Strategy, build_optimizer, build_scheduler, resolve
 from rubin.train.task import evaluate
 from rubin.workloads.contract.blocks import find_blocks, missing_warning
 from rubin.workloads.contract.flops import obtain as obtain_flops
@@ -136,12 +134,14 @@ class Trainer:
         eval_batch = cfg.data.eval_batch_size or self.plan.micro_batch
         self.eval_loader = None if eval_ds is None else eval_loader(eval_ds, info.rank, info.world_size, eval_batch,
                                                                     cfg.data, info.device)
-        sinks = build_sinks(cfg.telemetry.sinks, self.run, cfg.model_dump(mode="json", by_alias=True), warn=self.console.warn)
+        resolved = cfg.model_dump(mode="json", by_alias=True)
+        sinks = build_sinks(cfg.telemetry.sinks, self.run, resolved, warn=self.console.warn)
         self.telemetry = Telemetry(cfg, info, self.run, sinks, flops_per_sample=self.flops.per_sample,
                                    tokens_per_sample=self.data_info.tokens_per_sample, precision=cfg.precision)
         fp16 = self.state.precision.scaler is not None
         self.faults = FaultPolicy(cfg, info, self.run, fp16=fp16, preempt=self.preempt, say=self.console.notice)
-        self.objective = self.faults.objective(Objective(self.task, classes, model, warn=self._warn, head=self.speed.head))
+        objective = Objective(self.task, classes, model, warn=self._warn, head=self.speed.head)
+        self.objective = self.faults.objective(objective)
         if self.faults.spikes is not None:
             self.state.extras["spikes"] = self.faults.spikes  # its running median survives a resume or rollback
         self.ckpt = Checkpointer(cfg, info, self.run, self.state, env=self.env, console=self.console,

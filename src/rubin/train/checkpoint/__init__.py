@@ -5,8 +5,8 @@ for other tools.
 """
 
 from rubin.train.checkpoint.background import AsyncCheckpointer, snapshot_to_cpu
-from rubin.train.checkpoint.files import is_disk_full, load_file, save_file, sha256_file
-from rubin.train.checkpoint.manifest import COMMITTED, MANIFEST, verify
+from rubin.train.checkpoint.manifest import COMMITTED, MANIFEST, is_disk_full, save_file, sha256_file, verify
+from rubin.train.checkpoint.safe_load import load_file
 from rubin.train.checkpoint.store import CheckpointStore
 
 __all__ = [

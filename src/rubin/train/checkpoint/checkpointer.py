@@ -41,7 +41,8 @@ from rubin.errors import RubinError
 from rubin.platform import device as dev
 from rubin.train import distributed
 from rubin.train.checkpoint.background import AsyncCheckpointer
-from rubin.train.checkpoint.files import load_file, save_file
+from rubin.train.checkpoint.manifest import save_file
+from rubin.train.checkpoint.safe_load import load_file
 from rubin.train.checkpoint.store import CheckpointStore
 
 

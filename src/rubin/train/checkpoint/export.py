@@ -26,7 +26,7 @@ _STEP = re.compile(r"^step-(\d{8,})$")
 def newest_verified(run_dir: Path) -> tuple[int, Path, list[str]]:
     """``(step, folder, skipped)``: the newest checkpoint that verifies, and why each newer one didn't."""
     from rubin.train.checkpoint import verify
-    from rubin.train.checkpoint.dcp_reader import check
+    from rubin.train.checkpoint.safe_load import check
 
     root = run_dir / "checkpoints"
     steps = sorted((int(m.group(1)), p) for p in root.iterdir() if (m := _STEP.match(p.name)) and p.is_dir()) if root.is_dir() else []
@@ -78,9 +78,9 @@ def _load_dcp_model(dcp_dir: Path) -> dict:
     import torch
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from rubin.train.checkpoint import dcp_reader
+    from rubin.train.checkpoint import safe_load
 
-    md = dcp_reader.load_metadata(dcp_dir)
+    md = safe_load.load_metadata(dcp_dir)
     model = {}
     for fqn, meta in md.state_dict_metadata.items():
         if fqn.startswith("model.") and isinstance(meta, TensorStorageMetadata):
@@ -90,7 +90,7 @@ def _load_dcp_model(dcp_dir: Path) -> dict:
     state = {"model": model}
     with warnings.catch_warnings():  # "no process group: loading on one process" is exactly what we want
         warnings.simplefilter("ignore")
-        dcp_reader.load(state, dcp_dir)
+        safe_load.load(state, dcp_dir)
     return state["model"]
 
 

@@ -1,18 +1,19 @@
-"""MANIFEST.json and the COMMITTED marker: what a step folder must hold to count.
+"""A checkpoint folder's files: each written durably (fsync), hashed into MANIFEST.json, sealed by
+COMMITTED, and the check that a folder is whole.
 
-A step folder counts only when COMMITTED exists, records the sha256 of MANIFEST.json, and
-every file the manifest lists is there with its recorded size and sha256. The manifest walks
-the folder recursively, so DCP shard folders (``dcp/__0_0.distcp``, ``dcp/.metadata``) are
-covered the same way as single files.
+Files are fsynced before the commit, so once every rank has passed the commit barrier the bytes are
+on disk, not only in the page cache. A step folder counts only when COMMITTED exists, records the
+sha256 of MANIFEST.json, and every file the manifest lists is there with its recorded size and
+sha256. The manifest walks the folder recursively, so DCP shard folders are covered like single files.
 
 The sha256 sums catch damage, not tampering (whoever can edit a file can recompute them). So a
-folder also counts only if its pickles are plain data (``.pt`` under ``weights_only``, DCP metadata
-through ``dcp_reader``) and, when ``$RUBIN_CHECKPOINT_KEY`` is set, if COMMITTED carries the HMAC of
-the manifest under that key.
+folder also counts only if its pickles are plain data (checked by ``safe_load``) and, when
+``$RUBIN_CHECKPOINT_KEY`` is set, if COMMITTED carries the HMAC of the manifest under that key.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -20,13 +21,96 @@ import os
 import time
 from pathlib import Path
 
-from rubin.train.checkpoint.files import fsync_dir, sha256_file, write_durable
+from rubin.errors import RubinError
+from rubin.train.checkpoint import safe_load
 
 MANIFEST = "MANIFEST.json"
 COMMITTED = "COMMITTED"
 DONE_PREFIX = ".done-rank-"  # async commit coordination markers; never part of a checkpoint
 FORMAT_VERSION = 1
 KEY_ENV = "RUBIN_CHECKPOINT_KEY"
+
+# Errors that mean "no room": a full disk, a quota, or a file-size limit (RLIMIT_FSIZE gives EFBIG).
+DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def _disk_full_cause(err: BaseException | None) -> OSError | None:
+    seen = 0
+    while err is not None and seen < 20:  # torch wraps the OSError of a failed write in a RuntimeError
+        if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
+            return err
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return None
+
+
+def is_disk_full(err: BaseException) -> bool:
+    return _disk_full_cause(err) is not None
+
+
+def disk_full_error(path: Path, err: BaseException) -> RubinError:
+    cause = _disk_full_cause(err)
+    reason = (cause.strerror if cause is not None else None) or str(err)
+    return RubinError(
+        f"checkpoint write failed: disk full ({reason}) writing {path}: the partial checkpoint is discarded and the "
+        "previous committed one is kept; free space on that disk, lower checkpoint.keep_last, or set run.dir elsewhere"
+    )
+
+
+def save_file(obj, path: str | os.PathLike) -> None:
+    """``torch.save`` to PATH, then flush and fsync, so the commit that follows is durable."""
+    import torch
+
+    from rubin.train.faults import inject
+
+    path = Path(path)
+    try:
+        if inject.ARMED:
+            inject.maybe_disk_full(path)
+        with open(path, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as err:
+        if is_disk_full(err):
+            raise disk_full_error(path, err) from err
+        raise
+
+
+def sha256_file(path: Path, *, fsync: bool = False, chunk: int = 4 << 20) -> tuple[str, int]:
+    """(hex sha256, size) of a file; with ``fsync`` also flush it to disk on the way."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk)
+            if not block:
+                break
+            h.update(block)
+            size += len(block)
+        if fsync:
+            os.fsync(f.fileno())
+    return h.hexdigest(), size
+
+
+def write_durable(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    """Persist the directory entries (renames, new files) of PATH."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on a directory; the data files are synced anyway
+        pass
+    finally:
+        os.close(fd)
 
 
 def payload_files(folder: Path) -> list[str]:
@@ -90,38 +174,6 @@ def write_marker(folder: Path, step: int, manifest_sha256: str) -> None:
     data = json.dumps(marker).encode()
     write_durable(folder / COMMITTED, data + b"\n")
     fsync_dir(folder)
-
-
-def _pickle_problems(folder: Path, files: dict) -> list[str]:
-    """Each ``.pt`` file parses under ``weights_only`` (memory-mapped: tensor bytes are not read).
-
-    The hashes only say the files are the ones committed; this says that loading them cannot run
-    code, so ``checkpoint verify`` and resume agree on which checkpoints are usable.
-    """
-    import pickle
-
-    import torch
-
-    problems = []
-    for rel in sorted(files):
-        if not rel.endswith(".pt") or "/" in rel:
-            continue
-        if not (folder / rel).is_file():  # reported as missing already; a FIFO would block the open forever
-            continue
-        try:
-            try:
-                torch.load(folder / rel, map_location="cpu", weights_only=True, mmap=True)
-            except RuntimeError as err:
-                if "mmap" not in str(err):
-                    raise
-                torch.load(folder / rel, map_location="cpu", weights_only=True)  # not a zip file: read it whole
-        except pickle.UnpicklingError as err:
-            from rubin.train.checkpoint.files import _refusal_reason
-
-            problems.append(f"{rel}: holds a pickled object that is not plain data ({_refusal_reason(err)}): refusing to load it")
-        except Exception as err:  # noqa: BLE001 - unreadable means invalid, never a crash
-            problems.append(f"{rel}: unreadable ({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''})")
-    return problems
 
 
 def signing_key() -> bytes | None:
@@ -219,12 +271,10 @@ def _verify(folder: Path, hashes: bool) -> list[str]:
     extra = [rel for rel in payload_files(folder) if rel not in files]
     if extra:
         problems.append(f"files not in the manifest: {', '.join(extra[:5])} (added after the commit)")
-    if (folder / "dcp").is_dir():  # the pickles a resume would read must be plain data (see dcp_reader)
-        from rubin.train.checkpoint import dcp_reader
-
-        problems += dcp_reader.check(folder / "dcp")
+    if (folder / "dcp").is_dir():  # the pickles a resume would read must be plain data (see safe_load)
+        problems += safe_load.check(folder / "dcp")
     if hashes:
-        problems += _pickle_problems(folder, files)
+        problems += safe_load.pickle_problems(folder, files)
     problems += signature_problems(marker, raw)
     return problems
 

@@ -31,7 +31,7 @@ from typing import Callable, NamedTuple
 
 from rubin.errors import ExitCode, RubinError, bad_value
 from rubin.train.checkpoint import manifest as mf
-from rubin.train.checkpoint.files import disk_full_error, fsync_dir, is_disk_full
+from rubin.train.checkpoint.manifest import disk_full_error, fsync_dir, is_disk_full
 from rubin.train.faults import inject
 
 STEP_RE = re.compile(r"^step-(\d{8,})$")
@@ -151,9 +151,7 @@ class CheckpointStore:
         return final
 
     def _commit_by_files(self, step: int, tmp: Path, meta: dict) -> Path:
-        from rubin.train.checkpoint.files import write_durable
-
-        write_durable(tmp / f"{mf.DONE_PREFIX}{self.rank}", b"done\n")
+        mf.write_durable(tmp / f"{mf.DONE_PREFIX}{self.rank}", b"done\n")
         final = self.step_dir(step)
         if self.rank != 0:
             return final

@@ -4,7 +4,6 @@
 """
 
 from rubin.train.faults import inject
-from rubin.train.faults.heartbeat import PHASES, Heartbeat
 from rubin.train.faults.inject import fault_point
 from rubin.train.faults.numerics import NAN_POLICIES, NanDecision, NanGuard, SpikeDetector
 from rubin.train.faults.preemption import DEFAULT_SIGNALS, PreemptionHandler, worker_init
@@ -12,11 +11,9 @@ from rubin.train.faults.watchdog import Watchdog, stalled_ranks
 
 __all__ = [
     "DEFAULT_SIGNALS",
-    "Heartbeat",
     "NAN_POLICIES",
     "NanDecision",
     "NanGuard",
-    "PHASES",
     "PreemptionHandler",
     "SpikeDetector",
     "Watchdog",

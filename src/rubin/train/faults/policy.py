@@ -18,14 +18,19 @@ before every update under ``nan_policy=skip``, which must know before ``optimize
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import os
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
 
 from rubin.train import faults
+from rubin.train.faults.watchdog import heartbeat_path
 
 # How often, at most, the loop reads its flags when nothing else makes it sync. A preemption is
 # seen within about this long (plus one step); the cost is one pipeline drain per interval.
@@ -46,6 +51,51 @@ class StepFlags:
     position: list | None = None  # [epoch, sample_in_epoch] where bad_step's batches were drawn
 
 
+class Heartbeat:
+    """Where this rank is (step and phase, with the times they changed), kept by the loop's thread.
+
+    ``beat`` runs several times per step, so it only updates memory. The watchdog's thread, the one
+    reader, writes it to ``heartbeats/rank-N.json`` (``flush``) every poll, also while the loop is
+    stuck; without a watchdog no file is written. The file's readers are in ``watchdog.py``.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, rank: int):
+        self.rank = rank
+        self.path = heartbeat_path(Path(run_dir), rank)
+        self.step = -1
+        self.phase = "start"
+        self.step_changed_at = time.monotonic()  # monotonic: what the local watchdog measures
+        self.beat_at = self.step_changed_at  # turned into wall time (comparable across ranks) only when written
+        self.phase_changed_at = self.step_changed_at
+        self._lock = threading.Lock()
+
+    def beat(self, step: int, phase: str) -> None:
+        now = time.monotonic()
+        if step != self.step:
+            self.step = step
+            self.step_changed_at = now
+        if phase != self.phase:
+            self.phase_changed_at = now
+        self.phase = phase
+        self.beat_at = now
+
+    def state(self) -> dict:
+        wall = time.time()
+        return {"rank": self.rank, "pid": os.getpid(), "step": self.step, "phase": self.phase,
+                "beat_time": wall - (time.monotonic() - self.beat_at), "written_time": wall}
+
+    def flush(self) -> None:
+        """Rewrite this rank's file atomically (cheap: a few hundred bytes, no fsync)."""
+        with self._lock:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.path.with_name(f".{self.path.name}.tmp")
+                tmp.write_text(json.dumps(self.state()))
+                os.replace(tmp, self.path)
+            except OSError:  # a full or vanished run dir must not kill training over a heartbeat
+                pass
+
+
 _IN_PHASE = contextlib.nullcontext()  # a phase's work needs nothing on exit: entering is the beat
 
 
@@ -53,7 +103,7 @@ class FaultPolicy:
     def __init__(self, cfg, info, run, *, fp16: bool, preempt=None, say: Callable[[str], None] | None = None):
         self.cfg, self.info, self.run, self.fp16 = cfg, info, run, fp16
         self.preempt = preempt or faults.PreemptionHandler()  # train() installs it before setup
-        self.heartbeat = faults.Heartbeat(run.path, info.rank)
+        self.heartbeat = Heartbeat(run.path, info.rank)
         self.watchdog = None
         if cfg.faults.hang_timeout_s:
             self.watchdog = faults.Watchdog(

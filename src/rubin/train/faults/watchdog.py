@@ -3,14 +3,18 @@
 When this rank's step has not changed for ``timeout_s`` it writes ``hang-rank-N.txt`` (rank,
 step, phase and every thread's Python stack via faulthandler), names the stalled rank(s) from
 all ranks' heartbeat files, calls ``on_hang``, hands one line to ``say`` (the console's stderr) and
-exits non-zero. Every live
-rank does the same, so the run ends in about ``timeout_s`` instead of waiting for NCCL's
-10-30 minute collective timeout.
+exits non-zero. Every live rank does the same, so the run ends in about ``timeout_s`` instead of
+waiting for NCCL's 10-30 minute collective timeout.
+
+The heartbeat files are this module's: its thread writes this rank's (``policy.Heartbeat.flush``)
+every poll, also while the loop is stuck, and reads every rank's when it fires. The loop's thread
+only updates the heartbeat in memory, so a run without a watchdog writes no heartbeat file.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import sys
 import threading
@@ -19,10 +23,25 @@ from pathlib import Path
 from typing import Callable
 
 from rubin.errors import ExitCode
-from rubin.train.faults.heartbeat import Heartbeat, read_all
 
+HEARTBEATS = "heartbeats"
 WAITING_PHASES = ("collective", "checkpoint")  # a rank here is usually waiting on a peer, not the cause
 STALE_FILE_S = 5.0  # a heartbeat file older than this: that process is dead or frozen (its watchdog cannot write)
+
+
+def heartbeat_path(run_dir: Path, rank: int) -> Path:
+    """Where rank RANK's heartbeat is written (``policy.Heartbeat.flush``, from this module's thread)."""
+    return Path(run_dir) / HEARTBEATS / f"rank-{rank}.json"
+
+
+def read_all(run_dir: Path, world_size: int) -> dict[int, dict | None]:
+    out: dict[int, dict | None] = {}
+    for r in range(world_size):
+        try:
+            out[r] = json.loads(heartbeat_path(run_dir, r).read_text())
+        except (OSError, ValueError):
+            out[r] = None
+    return out
 
 
 def stalled_ranks(beats: dict[int, dict | None], now: float | None = None) -> tuple[list[int], str]:
@@ -48,7 +67,7 @@ def stalled_ranks(beats: dict[int, dict | None], now: float | None = None) -> tu
 class Watchdog:
     def __init__(
         self,
-        heartbeat: Heartbeat,
+        heartbeat,  # policy.Heartbeat: the loop's step and phase, written by this thread
         timeout_s: float,
         run_dir: str | os.PathLike,
         rank: int,

@@ -1,19 +1,19 @@
-"""Reading DCP (FSDP) checkpoints without running code from them.
+"""Loading a checkpoint without running code: `.pt` files under `weights_only`, DCP metadata through a
+restricted unpickler (allowlist).
 
-torch's ``FileSystemReader.read_metadata`` loads ``dcp/.metadata`` with plain ``pickle.load``, and
-the default load planner loads every non-tensor entry of the shard files with
-``torch.load(weights_only=False)``. Anyone who can write a checkpoint folder could therefore run
-code in the training job on resume; a manifest does not help, because it can be recomputed.
-
-Here the metadata goes through an unpickler that only resolves DCP's own metadata classes and
-a few plain value types, and non-tensor entries load with ``weights_only=True``. Anything else
-is refused with :class:`UnsafeCheckpoint` before it is called, so the checkpoint counts as
-invalid and resume falls back to an earlier one.
+A pickle can import and call anything, and a manifest does not help, because whoever can write a
+checkpoint folder can recompute it. So ``.pt`` files load with ``torch.load(weights_only=True)``.
+For DCP (FSDP) checkpoints, torch's ``FileSystemReader.read_metadata`` would ``pickle.load``
+``dcp/.metadata`` and its load planner would read non-tensor entries with ``weights_only=False``;
+here the metadata goes through an unpickler that only resolves DCP's own metadata classes and a few
+plain value types, and non-tensor entries load with ``weights_only=True``. Anything else is refused
+before it is called, so the checkpoint counts as invalid and resume falls back to an earlier one.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import pickle
 from pathlib import Path
 
@@ -38,6 +38,67 @@ _ALLOWED = {
 
 class UnsafeCheckpoint(RubinError):
     """A checkpoint file that would import or call something other than plain data."""
+
+
+def _refusal_reason(err: BaseException) -> str:
+    """The one informative line of torch's long weights_only message (e.g. 'Unsupported global: ...')."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    for ln in lines:
+        if "Unsupported" in ln or "global" in ln.lower():
+            return ln.rstrip(".")[:200]
+    return (lines[0] if lines else type(err).__name__)[:200]
+
+
+def load_file(path: str | os.PathLike, map_location="cpu"):
+    """``torch.load(weights_only=True)``: tensors, containers and plain values only."""
+    import zipfile
+
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise RubinError(f"checkpoint file {path} is missing: the checkpoint is incomplete; resume from an earlier step")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise RubinError(
+            f"checkpoint file {path} carries a pickled object that is not plain tensors/containers "
+            f"({_refusal_reason(err)}): refusing to load it; nothing from it was run. "
+            "Only load checkpoints you trust, and save plain state dicts"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
+        raise RubinError(
+            f"checkpoint file {path} is unreadable ({str(err).splitlines()[0][:160] if str(err) else type(err).__name__}): "
+            "it is truncated or corrupted; run `rubin checkpoint verify` on its folder and resume from an earlier step"
+        ) from None
+
+
+def pickle_problems(folder: Path, files: dict) -> list[str]:
+    """Each ``.pt`` file parses under ``weights_only`` (memory-mapped: tensor bytes are not read).
+
+    The hashes only say the files are the ones committed; this says that loading them cannot run
+    code, so ``checkpoint verify`` and resume agree on which checkpoints are usable.
+    """
+    import torch
+
+    problems = []
+    for rel in sorted(files):
+        if not rel.endswith(".pt") or "/" in rel:
+            continue
+        if not (folder / rel).is_file():  # reported as missing already; a FIFO would block the open forever
+            continue
+        try:
+            try:
+                torch.load(folder / rel, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as err:
+                if "mmap" not in str(err):
+                    raise
+                torch.load(folder / rel, map_location="cpu", weights_only=True)  # not a zip file: read it whole
+        except pickle.UnpicklingError as err:
+            problems.append(f"{rel}: holds a pickled object that is not plain data ({_refusal_reason(err)}): refusing to load it")
+        except Exception as err:  # noqa: BLE001 - unreadable means invalid, never a crash
+            problems.append(f"{rel}: unreadable ({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''})")
+    return problems
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
@@ -114,16 +175,10 @@ def check(dcp_dir: str | Path) -> list[str]:
                 blob = f.read(int(info.length))
             torch.load(io.BytesIO(blob), weights_only=True)
         except pickle.UnpicklingError as err:
-            problems.append(f"dcp entry {fqn!r} in {rel} is not plain data ({_reason(err)}): refusing it")
+            problems.append(f"dcp entry {fqn!r} in {rel} is not plain data ({_refusal_reason(err)}): refusing it")
         except Exception as err:  # noqa: BLE001 - unreadable is invalid, never a crash
             problems.append(f"dcp entry {fqn!r} in {rel} is unreadable ({type(err).__name__})")
     return problems
-
-
-def _reason(err: BaseException) -> str:
-    from rubin.train.checkpoint.files import _refusal_reason
-
-    return _refusal_reason(err)
 
 
 def reader(dcp_dir: str | Path):
@@ -156,7 +211,7 @@ def planner():
                 obj = torch.load(value, weights_only=True)
             except pickle.UnpicklingError as err:
                 raise UnsafeCheckpoint(
-                    f"dcp entry {read_item.dest_index.fqn!r} is not plain data ({_reason(err)}): "
+                    f"dcp entry {read_item.dest_index.fqn!r} is not plain data ({_refusal_reason(err)}): "
                     "refusing to load it; nothing from it was run"
                 ) from None
             if self.flatten_state_dict:
