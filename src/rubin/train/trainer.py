@@ -312,8 +312,9 @@ class Trainer:
             return None
         self.faults.beat(step, "eval")
         t0 = time.perf_counter()
-        result = evaluate(self.strategy.model, self.eval_loader, self.task, self.info.device, self.state.precision,
-                          self.info)
+        result = speedups.checked(self.speed, lambda: evaluate(self.strategy.model, self.eval_loader, self.task,
+                                                               self.info.device, self.state.precision, self.info),
+                                  self, during="evaluation")
         self.telemetry.exclude_time(time.perf_counter() - t0)
         row = {"step": step, **result}
         self.telemetry.log_eval(row)
@@ -327,6 +328,7 @@ class Trainer:
             self.telemetry.add_ckpt_time(self.ckpt.maybe_save(loop.step, force=True))
         self.ckpt.wait()
         self.faults.stop()
+        speedups.note_fallbacks(self.speed, self)  # the summary says what dynamo really compiled
         latest = self.ckpt.latest() if self.info.is_main else None
         loop_counts = {k: getattr(loop, k) for k in ("samples_seen", "tokens_seen", "nan_skips", "rollbacks")}
         summary = {

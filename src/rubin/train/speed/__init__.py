@@ -24,9 +24,8 @@ class Speedups:
     pending_first_step: bool = False
 
     def summary(self) -> dict:
-        return {"compile": {"blocks": self.report.compiled, "compile_s": round(self.report.compile_s, 3),
-                            "fallback": self.report.fallback},
-                "fused_loss": self.head is not None, "fp8_layers": len(self.fp8_layers)}
+        """What really ran: compile's figures come from dynamo's counters (read by ``note_fallbacks``)."""
+        return {"compile": self.report.as_dict(), "fused_loss": self.head is not None, "fp8_layers": len(self.fp8_layers)}
 
 
 def prepare(cfg, model, device, task: str, run_path: Path | None) -> Speedups:
@@ -88,3 +87,27 @@ def first_step(speed: Speedups, step, trainer):
         trainer._warn(message)
     trainer.telemetry.exclude_time(speed.report.compile_s)
     return result
+
+
+def checked(speed: Speedups, run, trainer, *, during: str):
+    """RUN (an evaluation) with compile's fallback outside the first step: a compiler error there drops
+    compile for the rest of the run with one warning and runs RUN again eagerly; dynamo's own eager
+    fallbacks (the recompile limit) are one warning too. Both go into the summary's ``compile``."""
+    if not speed.compile or speed.pending_first_step:
+        return run()
+    try:
+        out = run()
+    except Exception as err:  # noqa: BLE001 - filtered: only the compiler's errors fall back
+        if not speed.report.compiled or not comp.from_compiler(err):
+            raise
+        trainer._warn(comp.fall_back(trainer.strategy.compiled, speed.report, err, during))
+        out = run()
+    note_fallbacks(speed, trainer)
+    return out
+
+
+def note_fallbacks(speed: Speedups, trainer) -> None:
+    """Read dynamo's counters into the report; a frame it ran eagerly since the last read is one warning."""
+    if speed.compile and not speed.pending_first_step:
+        for message in speed.report.read():
+            trainer._warn(message)
