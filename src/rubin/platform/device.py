@@ -240,6 +240,11 @@ def stream_context(stream):
     return torch.cuda.stream(stream)
 
 
+def record_stream(tensor, stream) -> None:
+    """Tell the caching allocator that ``tensor`` is used on ``stream`` (its memory is not reused before)."""
+    tensor.record_stream(stream)
+
+
 def wait_stream(stream) -> None:
     """Make the current stream wait for the work queued on ``stream`` (no host sync)."""
     import torch
