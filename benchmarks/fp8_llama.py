@@ -34,7 +34,8 @@ def child(a) -> dict:
     device = dev.pick_device(0, "cpu" if a.small else "auto")
     torch.manual_seed(0)
     model = build_model("llama", {"size": "tiny" if a.small else "1b"}, DataInfo.lm(a.seq, a.vocab)).to(device)
-    converted = fp8.convert(model, device) if a.side == "fp8" else []
+    say = lambda line: print(f"warning: {line}", file=sys.stderr)  # noqa: E731
+    converted = fp8.convert(model, device, micro_batch=a.batch, tokens_per_sample=a.seq, warn=say) if a.side == "fp8" else []
     if a.compile:
         compile_blocks(model.model_blocks())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if device.type == "cuda" else {}))

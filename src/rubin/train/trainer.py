@@ -129,7 +129,8 @@ class Trainer:
         act_ckpt = cfg.distributed.activation_checkpointing
         if not found_blocks and missing_warning(name, act_ckpt):
             self._warn(missing_warning(name, act_ckpt))
-        self.speed = speedups.prepare(cfg, model, info.device, self.task, self.run.path)  # fp8, fused loss, compile
+        self.speed = speedups.prepare(cfg, model, info.device, self.task, self.run.path, micro_batch=self.plan.micro_batch,
+                                      tokens_per_sample=self.data_info.tokens_per_sample, warn=self._warn)
         self.strategy = Strategy(name, model, info, blocks=found_blocks, compile=self.speed.compile, act_ckpt=act_ckpt)
         self.optimizer = build_optimizer(self.strategy.model, cfg.optim, info.device)
         scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)

@@ -28,13 +28,16 @@ class Speedups:
         return {"compile": self.report.as_dict(), "fused_loss": self.head is not None, "fp8_layers": len(self.fp8_layers)}
 
 
-def prepare(cfg, model, device, task: str, run_path: Path | None) -> Speedups:
-    """Convert and mark ``model`` in place (before the strategy wraps it) and return the decisions."""
+def prepare(cfg, model, device, task: str, run_path: Path | None, *, micro_batch: int = 16,
+            tokens_per_sample: int | None = None, warn=lambda message: None) -> Speedups:
+    """Convert and mark ``model`` in place (before the strategy wraps it) and return the decisions.
+    MICRO_BATCH and TOKENS_PER_SAMPLE size fp8's matmuls; WARN takes a warning line."""
     out = Speedups()
     if cfg.precision == "fp8":
         from rubin.train.speed import fp8
 
-        out.fp8_layers = fp8.convert(model, device)
+        out.fp8_layers = fp8.convert(model, device, micro_batch=micro_batch,
+                                     tokens_per_sample=tokens_per_sample if task == "lm" else None, warn=warn)
     out.head = _fused_head(cfg.model.fused_loss, model, device, task)
     out.compile = comp.wanted(cfg.distributed.compile, device)
     if out.compile:
