@@ -29,6 +29,22 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
+def _product_wide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` in the accumulator's dtype (fp32 for bf16/fp16 inputs), so the weight gradient is rounded to the
+    input dtype once, at the end, as the plain head's single matmul is; rounding each chunk's product first
+    doubled the error under bf16 autocast. On CUDA the tensor cores accumulate in fp32 and return it
+    (``out_dtype``); elsewhere the fp32 product of the same bf16 values is that exact result."""
+    wide = torch.promote_types(a.dtype, torch.float32)
+    if a.dtype == wide:
+        return a @ b
+    if a.is_cuda:
+        try:
+            return torch.mm(a, b, out_dtype=wide)
+        except (TypeError, RuntimeError):  # a torch without mm's out_dtype, or a dtype it does not take
+            pass
+    return a.to(wide) @ b.to(wide)
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, target, ignore_index: int, chunk: int):
@@ -44,7 +60,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
             t = target[start:end].clamp(min=0)
             picked = logits.gather(1, t[:, None]).squeeze(1)
             total += ((lse[start:end] - picked) * valid[start:end]).sum()
-        count = valid.sum().clamp(min=1)
+        # no clamp: a batch whose targets are all ignored is 0/0 = NaN, as F.cross_entropy's mean is, so the
+        # NaN policy sees it (it gave 0 here, a step that trained on nothing and looked healthy)
+        count = valid.sum()
         ctx.save_for_backward(hidden, weight, target, lse, count)
         ctx.ignore_index, ctx.chunk = ignore_index, chunk
         return total / count
@@ -52,7 +70,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         hidden, weight, target, lse, count = ctx.saved_tensors
-        scale = _wide(grad_out / count)
+        scale = _wide(grad_out / count.clamp(min=1))  # all ignored: zero gradients, as F.cross_entropy gives
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         # fp32 accumulation of the weight gradient over chunks, cast once at the end
         grad_w = torch.zeros(weight.shape, dtype=lse.dtype, device=weight.device) if ctx.needs_input_grad[1] else None
@@ -69,7 +87,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if grad_h is not None:
                 grad_h[start:end] = g @ weight
             if grad_w is not None:
-                grad_w += g.t() @ h
+                grad_w += _product_wide(g.t(), h)
         return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
 
 
