@@ -6,8 +6,10 @@ go through in chunks; each chunk's logits live only while that chunk is computed
 one log-sum-exp per token, and the backward recomputes each chunk's logits (one extra head matmul,
 about 1/3 more head FLOPs) instead of storing them. Peak extra memory is one chunk's logits.
 
-Maintained alternatives (cut-cross-entropy, Liger's fused linear cross-entropy) are Triton kernels:
-CUDA only, so this torch version is the one that also runs, and is tested, on CPU.
+Liger-Kernel's fused linear cross-entropy (``impl="liger"``, an optional extra) is a Triton kernel that
+computes the gradients inside the forward's chunks: three head matmuls instead of four, and fused
+passes over each chunk. It runs on CUDA only, so this torch version is the one that also runs, and is
+tested, on CPU, and the oracle Liger's is held against.
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ class FusedHead(nn.Linear):
 
     target: torch.Tensor | None = None
     chunk: int = DEFAULT_CHUNK
+    impl: str = "rubin"  # or "liger"
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.target is None:
@@ -130,7 +133,30 @@ class FusedHead(nn.Linear):
             raise UsageError(f"model.fused_loss: the head gets hidden states of shape {tuple(hidden.shape)} but the "
                              f"targets are {tuple(self.target.shape)} (the model slices positions before its head); "
                              "set model.fused_loss=false")
+        if self.impl == "liger":
+            return self._liger_loss(hidden)
         return linear_cross_entropy(hidden, self.weight, self.target, chunk=self.chunk)
+
+    def _liger_loss(self, hidden: torch.Tensor) -> torch.Tensor:
+        # made per call (a parameter-free Module, microseconds): kept on the head it would join the module tree
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        liger = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, reduction="mean")
+        device_type, weight = hidden.device.type, self.weight
+        if torch.is_autocast_enabled(device_type):  # the dtypes a plain Linear would see: Liger takes them as given
+            dtype = torch.get_autocast_dtype(device_type)
+            hidden, weight = hidden.to(dtype), weight.to(dtype)
+        with torch.autocast(device_type, enabled=False):
+            return liger(weight, hidden.reshape(-1, hidden.shape[-1]), self.target.reshape(-1))
+
+
+def liger_missing() -> str | None:
+    """Why Liger-Kernel's fused loss cannot be imported here (its package, or the Triton it needs), or None."""
+    try:
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss  # noqa: F401
+    except Exception as err:  # noqa: BLE001 - not installed, or a Triton it cannot load: either way, not usable
+        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:160]
+    return None
 
 
 def find_head(model: nn.Module) -> tuple[nn.Linear | None, str]:
@@ -154,13 +180,14 @@ def find_head(model: nn.Module) -> tuple[nn.Linear | None, str]:
     return head, ""
 
 
-def install(model: nn.Module, chunk: int = DEFAULT_CHUNK) -> FusedHead:
-    """Make ``model.lm_head`` a FusedHead (see ``find_head`` for which heads qualify)."""
+def install(model: nn.Module, chunk: int = DEFAULT_CHUNK, impl: str = "rubin") -> FusedHead:
+    """Make ``model.lm_head`` a FusedHead computing the loss with IMPL, rubin's or Liger's (see ``find_head``
+    for which heads qualify)."""
     head, why = find_head(model)
     if head is None:
         raise ValueError(f"no output head the fused loss knows: {why}")
     head.__class__ = FusedHead  # a subclass with no state of its own: the module keeps its weight and hooks
-    head.chunk = int(chunk)
+    head.chunk, head.impl = int(chunk), impl
     return head
 
 
@@ -174,9 +201,10 @@ def targets(head: FusedHead, target: torch.Tensor):
         head.target = None
 
 
-def fused_lm_loss(model, idx: torch.Tensor, target: torch.Tensor, *, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
-    """Next-token loss of ``model`` on ``idx`` through its own forward, without the full logits."""
-    head = install(model, chunk)
+def fused_lm_loss(model, idx: torch.Tensor, target: torch.Tensor, *, chunk: int = DEFAULT_CHUNK,
+                  impl: str = "rubin") -> torch.Tensor:
+    """Next-token loss of ``model`` on ``idx`` through its own forward, without the full logits (IMPL's)."""
+    head = install(model, chunk, impl)
     with targets(head, target):
         out = model(idx)
     if isinstance(out, (tuple, list)):

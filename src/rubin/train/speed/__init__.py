@@ -25,7 +25,8 @@ class Speedups:
 
     def summary(self) -> dict:
         """What really ran: compile's figures come from dynamo's counters (read by ``note_fallbacks``)."""
-        return {"compile": self.report.as_dict(), "fused_loss": self.head is not None, "fp8_layers": len(self.fp8_layers)}
+        return {"compile": self.report.as_dict(), "fused_loss": self.head is not None,
+                "fused_loss_impl": getattr(self.head, "impl", None), "fp8_layers": len(self.fp8_layers)}
 
 
 def prepare(cfg, model, device, task: str, run_path: Path | None, *, micro_batch: int = 16,
@@ -48,24 +49,37 @@ def prepare(cfg, model, device, task: str, run_path: Path | None, *, micro_batch
 
 
 def _fused_head(mode, model, device, task: str):
-    from rubin.workloads.fused_loss import find_head, install
+    """The FusedHead the run's lm_head becomes, or None. ``true``: rubin's chunked loss; ``liger``: Liger-Kernel's
+    (CUDA, installed); ``auto``: on CUDA, Liger's when it imports, else rubin's; off on a CPU."""
+    from rubin.workloads.fused_loss import find_head, install, liger_missing
 
-    if mode is False or mode == "false":
+    mode = {True: "true", False: "false"}.get(mode, mode)
+    if mode == "false":
         return None
     if task != "lm":
-        if mode is True or mode == "true":
-            raise UsageError(f"model.fused_loss=true: the fused loss is for next-token (lm) data and this run's task is "
+        if mode != "auto":
+            raise UsageError(f"model.fused_loss={mode}: the fused loss is for next-token (lm) data and this run's task is "
                              f"{task}; set model.fused_loss=auto or false")
         return None
     head, why = find_head(model)
     if head is None:
-        if mode is True or mode == "true":
-            raise UsageError(f"model.fused_loss=true: the output head cannot be found ({why}); the fused loss takes over "
+        if mode != "auto":
+            raise UsageError(f"model.fused_loss={mode}: the output head cannot be found ({why}); the fused loss takes over "
                              "a bias-free lm_head Linear (rubin's LMs, Hugging Face causal LMs); set model.fused_loss=false")
         return None
-    if mode == "auto" and getattr(device, "type", None) != "cuda":
+    cuda = getattr(device, "type", None) == "cuda"
+    if mode == "liger":
+        if not cuda:
+            raise UsageError(f"model.fused_loss=liger runs Liger-Kernel's Triton kernels on a CUDA GPU and this run is on "
+                             f"{getattr(device, 'type', device)}; use model.fused_loss=true (rubin's chunked loss) here")
+        missing = liger_missing()
+        if missing:
+            raise UsageError(f"model.fused_loss=liger needs Liger-Kernel, which does not import here ({missing}); "
+                             "pip install 'rubin[liger]', or use model.fused_loss=auto (rubin's own fused loss)")
+        return install(model, impl="liger")
+    if mode == "auto" and not cuda:
         return None  # on a CPU the recomputed head matmul costs more than the memory it saves
-    return install(model)
+    return install(model, impl="liger" if mode == "auto" and liger_missing() is None else "rubin")
 
 
 def first_step(speed: Speedups, step, trainer):
