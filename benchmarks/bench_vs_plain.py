@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     from rubin.bench import matmul, memory
     from rubin.bench.suites import make_context
     from rubin.platform import device as dev
+    from rubin.platform import nvml
     from rubin.platform.nvml_watch import wait_until_cool
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
     figs = {k: ([], []) for k in ("mm", "copy", "h2d")}
     for r in range(args.rounds):
         if gpu:
-            wait_until_cool(device.index or 0, max_s=2.0)
+            wait_until_cool(nvml.index_of(device), max_s=2.0)
         first_rubin = r % 2 == 0  # alternate which side runs first in a round
         for side in ((0, 1) if first_rubin else (1, 0)):
             if side == 0:
