@@ -174,8 +174,10 @@ def _cached(block: nn.Module) -> bool:
     code = getattr(fn, "__code__", None)  # a functools.partial has none: dynamo never starts a frame there
     if code is None:
         return False
-    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    except ImportError:  # a torch without it: trust the frame counter alone (it only misses an earlier run's cache)
+        return True
     return bool(_debug_get_cache_entry_list(code))
 
 
