@@ -146,10 +146,11 @@ def first_step(step, blocks: list[nn.Module], report: CompileReport, *, sync=lam
         out = step()
         sync()
     report.compile_s = time.perf_counter() - start
-    traced = any(_cached(b) for b in blocks)  # an earlier run in this process may have traced them: no new frame
+    # no new frame may still be compiled code: an earlier run in this process traced the same blocks
+    traced = any(_cached(b) for b in blocks)
     report.read(first_step=True, traced=traced)
-    if report.compiled and not traced:  # nothing compiled: the summary says so, and dynamo's frame hook,
-        undo(blocks)                    # which would only cost time on every call, goes
+    if report.compiled and not traced and report.frames == 0:  # nothing compiled: the summary says so, and
+        undo(blocks)                                             # dynamo's frame hook, which only costs time, goes
         report.compiled = 0
     return out
 
