@@ -2,7 +2,8 @@
 
     python benchmarks/resume_pair.py [--device cuda|cpu|auto] [--workers 0]
 
-digits with random augmentation (``data.args.augment``), an MLP, 16 steps, a checkpoint every 4; the
+synthetic images with random augmentation (``data.args.augment``; not digits, whose scikit-learn the GPU
+image lacks), an MLP, 16 steps, a checkpoint every 4; the
 killed run dies at step 14 (``RUBIN_FAULT=crash@step=14``, a real SIGKILL) and resumes from step 12.
 On CUDA the batches go through the prefetcher, which loads the next step's batch before this step's
 checkpoint: with ``--workers 0`` the augmentation is drawn in the training process, the case a
@@ -26,8 +27,9 @@ from pathlib import Path
 
 def args_for(run_dir: Path, device: str, workers: int) -> list[str]:
     sets = [f"run.dir={run_dir}", "run.max_steps=16", "run.epochs=null", "run.deterministic=true", f"run.device={device}",
-            "model.name=mlp", "model.args={hidden: 32, depth: 1}", "data.name=digits", "data.args={augment: true}",
-            "data.batch_size=128", f"data.num_workers={workers}", "checkpoint.every_steps=4", "telemetry.log_every_steps=4",
+            "model.name=mlp", "model.args={hidden: 32, depth: 1}", "data.name=synthetic_images",
+            "data.args={num_samples: 1408, eval_samples: 0, image_size: 8, channels: 1, augment: true}", "data.batch_size=128",
+            f"data.num_workers={workers}", "checkpoint.every_steps=4", "telemetry.log_every_steps=4",
             "run.eval_every_steps=0", "distributed.compile=false"]
     return [sys.executable, "-m", "rubin", "train", "--quiet", *[a for s in sets for a in ("--set", s)]]
 
