@@ -34,7 +34,8 @@ def child(a) -> dict:
     device = dev.pick_device(0, "cpu" if a.small else "auto")
     torch.manual_seed(0)
     model = build_model("llama", {"size": "tiny" if a.small else "1b"}, DataInfo.lm(a.seq, a.vocab)).to(device)
-    converted = fp8.convert(model, device) if a.side == "fp8" else []
+    say = lambda line: print(f"warning: {line}", file=sys.stderr)  # noqa: E731
+    converted = fp8.convert(model, device, micro_batch=a.batch, tokens_per_sample=a.seq, warn=say) if a.side == "fp8" else []
     if a.compile:
         compile_blocks(model.model_blocks())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if device.type == "cuda" else {}))
@@ -74,7 +75,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=70, help="no new round starts after this many seconds")
     ap.add_argument("--no-compile", dest="compile", action="store_false")
     ap.add_argument("--small", action="store_true", help="CPU-sized (bf16 only: fp8 is refused on a CPU)")
-    ap.add_argument("--side", choices=["bf16", "fp8"], help=argparse.SUPPRESS)
+    ap.add_argument("--side", choices=["bf16", "fp8"], help="run one side in this process (its JSON line only)")
     a = ap.parse_args()
     a.batch = a.batch or (2 if a.small else 4)
     a.seq = a.seq or (64 if a.small else 2048)
@@ -96,6 +97,14 @@ def main() -> None:
             row = json.loads(p.stdout.strip().splitlines()[-1])
             got[side].append(row)
             print(json.dumps({"round": r, **row}), flush=True)
+            print(json.dumps({"figure": f"fp8 llama {side} tokens/s", "value": round(row["tokens_per_s"]), "unit": "tok/s",
+                              "target": "-", "kind": "info", "ok": None, "converted_linears": row["converted_linears"],
+                              "warmup_s": round(row["warmup_s"], 1)}), flush=True)
+            if got.get("fp8") and got.get("bf16"):  # as soon as both sides have a figure
+                ratio = statistics.median(x["tokens_per_s"] for x in got["fp8"]) / \
+                    statistics.median(x["tokens_per_s"] for x in got["bf16"])
+                print(json.dumps({"figure": "fp8 llama fp8/bf16 tokens/s", "value": round(ratio, 3), "unit": "x",
+                                  "target": ">= 1.25", "kind": "gap", "ok": ratio >= 1.25}), flush=True)
     med = {s: statistics.median(x["tokens_per_s"] for x in rows) for s, rows in got.items() if rows}
     summary = {"summary": True, "batch": a.batch, "seq": a.seq, "tokens_per_s": med, "wall_s": round(time.time() - start, 1)}
     if "fp8" in med and "bf16" in med:

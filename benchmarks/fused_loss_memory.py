@@ -3,7 +3,9 @@
 GPU-sized by default: GPT-124M (and Llama 1B with --model llama1b), seq 1024, micro-batch 32, bf16
 autocast, AdamW; the issue's target is a peak at least 30% lower at the same micro-batch. Each side
 runs in a fresh process (alternating which goes first); peak = the allocator's max allocated over the
-timed steps. One JSON line per side and round, then a summary line with the ratios.
+timed steps. Sides: the plain head, rubin's fused loss, and Liger-Kernel's (``liger``, on CUDA when it
+imports). One JSON line per side and round, each side's figures (peak GB, ms/step) and the ratios to
+the plain head as figure lines as soon as they are measured, then a summary line.
 
     python benchmarks/fused_loss_memory.py [--model gpt|llama1b] [--batch 32] [--seq 1024] [--rounds 2]
                                            [--budget-s 40] [--small]   # --small: CPU-sized, checks the script
@@ -43,7 +45,10 @@ def child(a) -> dict:
 
     def step():
         with torch.autocast(device.type, dtype=dtype):
-            loss = fused_lm_loss(model, x, y) if a.side == "fused" else cross_entropy("lm", model(x), y)
+            if a.side == "plain":
+                loss = cross_entropy("lm", model(x), y)
+            else:
+                loss = fused_lm_loss(model, x, y, impl="liger" if a.side == "liger" else "rubin")
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -71,19 +76,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=40, help="no new round starts after this many seconds")
     ap.add_argument("--small", action="store_true", help="CPU-sized")
-    ap.add_argument("--side", choices=["plain", "fused"], help=argparse.SUPPRESS)
+    ap.add_argument("--side", choices=["plain", "fused", "liger"], help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.batch = a.batch or (4 if a.small else 32)
     a.seq = a.seq or (64 if a.small else 1024)
     if a.side:
         print(json.dumps(child(a)))
         return
-    start, got = time.time(), {"plain": [], "fused": []}
+    sides = ["plain", "fused"] + (["liger"] if liger_runs(a.small) else [])
+    start, got = time.time(), {side: [] for side in sides}
     args = [f"--model={a.model}", f"--batch={a.batch}", f"--seq={a.seq}", f"--steps={a.steps}", *(["--small"] if a.small else [])]
     for r in range(a.rounds):
         if r and time.time() - start > a.budget_s:
             break
-        for side in (("plain", "fused") if r % 2 == 0 else ("fused", "plain")):
+        for side in (sides if r % 2 == 0 else sides[::-1]):
             p = subprocess.run([sys.executable, __file__, "--side", side, *args], capture_output=True, text=True)
             if p.returncode:
                 print(json.dumps({"round": r, "side": side, "error": p.stderr.strip().splitlines()[-1:]}), flush=True)
@@ -91,13 +97,45 @@ def main() -> None:
             row = json.loads(p.stdout.strip().splitlines()[-1])
             got[side].append(row)
             print(json.dumps({"round": r, **row}), flush=True)
+            figures(got, a.model)
     if not (got["plain"] and got["fused"]):
         raise SystemExit("a side produced no result (see the error lines above)")
-    med = {s: {k: statistics.median(x[k] for x in rows) for k in ("ms_per_step", "peak_gb")} for s, rows in got.items()}
+    med = medians(got)
     print(json.dumps({"summary": True, "model": a.model, "batch": a.batch, "seq": a.seq, "median": med,
-                      "peak_saved": 1 - med["fused"]["peak_gb"] / med["plain"]["peak_gb"],
-                      "speed_fused_over_plain": med["plain"]["ms_per_step"] / med["fused"]["ms_per_step"],
-                      "wall_s": round(time.time() - start, 1)}))
+                      "peak_saved": {s: 1 - med[s]["peak_gb"] / med["plain"]["peak_gb"] for s in med if s != "plain"},
+                      "speed_over_plain": {s: med["plain"]["ms_per_step"] / med[s]["ms_per_step"] for s in med if s != "plain"},
+                      "wall_s": round(time.time() - start, 1)}), flush=True)
+
+
+def liger_runs(small: bool) -> bool:
+    if small:
+        return False
+    from rubin.platform import device as dev
+    from rubin.workloads.fused_loss import liger_missing
+
+    return dev.cuda_available() and liger_missing() is None
+
+
+def medians(got: dict) -> dict:
+    return {s: {k: statistics.median(x[k] for x in rows) for k in ("ms_per_step", "peak_gb")} for s, rows in got.items() if rows}
+
+
+def figures(got: dict, model: str) -> None:
+    """The figures measured so far, printed at once (a later line of the same name supersedes it)."""
+    med = medians(got)
+    plain = med.get("plain")
+    for side in [s for s in med if s != "plain"]:
+        m = med[side]
+        print(json.dumps({"figure": f"fused loss {side} {model} peak", "value": round(m["peak_gb"], 3), "unit": "GB",
+                          "target": "-", "kind": "info", "ok": None, "ms_per_step": round(m["ms_per_step"], 2),
+                          "rounds": len(got[side])}), flush=True)
+        if plain:
+            saved = 1 - m["peak_gb"] / plain["peak_gb"]
+            print(json.dumps({"figure": f"fused loss {side} {model} peak saved vs plain head", "value": round(saved, 3),
+                              "unit": "", "target": ">= 0.30", "kind": "gap", "ok": saved >= 0.30}), flush=True)
+            print(json.dumps({"figure": f"fused loss {side} {model} speed vs plain head",
+                              "value": round(plain["ms_per_step"] / m["ms_per_step"], 3), "unit": "x", "target": "-",
+                              "kind": "info", "ok": None}), flush=True)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,16 @@ Sides (``--sides``, comma-separated):
 
 Every side runs as a fresh process, twice per round: once for --short and once for --long optimizer
 steps. Time per step = (wall(long) - wall(short)) / (long - short), measured from outside, so
-start-up, imports, compile and the first steps cancel. Sides and counts alternate order every round,
-and there are --rounds rounds (at least 3). A side that compiles runs one untimed short process
-first so that every timed process finds a warm compile cache (a shared TORCHINDUCTOR_CACHE_DIR).
+start-up, imports, compile and the first steps cancel. The difference must be well above start-up
+jitter (seconds per process): --long defaults to 110 steps, about 10 s of GPU work at GPT-124M size.
+rubin runs without an eval split (``eval_samples: 0``), so its work grows with the step count only, as
+the plain side's does. Sides and counts alternate order every round, and there are --rounds rounds (at
+least 2). A side that compiles runs one untimed short process first, at the measured batch size, so
+that every timed process finds a warm compile cache (a shared TORCHINDUCTOR_CACHE_DIR, --cache-dir).
 
-Prints one JSON line per process, then one per side (median ms/step and its range, tokens/s, MFU
-against the GPU's dense bf16 peak, peak memory), then the ratios against ``plain``.
+Prints one JSON line per process and, after every round, each side's figure so far (median ms/step and
+its range, tokens/s, MFU against the GPU's dense bf16 peak, peak memory) and its ratio against ``plain``
+as figure lines, so a run cut short still leaves its figures; then a summary line.
 
     python benchmarks/gpu_peers.py                                  # H200: GPT-124M, seq 1024, micro-batch 32
     python benchmarks/gpu_peers.py --small --sides rubin,plain      # CPU-sized
@@ -123,12 +127,14 @@ def rubin_cmd(a, steps: int, run_dir: str) -> list[str]:
     s = shape(a)
     args = "{" + ", ".join(f"{k}: {v}" for k, v in s["args"].items()) + "}"
     sets = {"model.name": "gpt", "model.args": args, "data.name": "synthetic_tokens",
-            "data.args": f"{{num_samples: {max(256, steps * s['batch'])}, seq_len: {s['seq']}, vocab_size: {s['vocab']}}}",
+            "data.args": f"{{num_samples: {max(256, steps * s['batch'])}, eval_samples: 0, seq_len: {s['seq']}, "
+                         f"vocab_size: {s['vocab']}}}",
             "data.batch_size": s["batch"], "run.max_steps": steps, "run.epochs": "null", "run.eval_every_steps": 0,
             "telemetry.log_every_steps": 10, "checkpoint.save_final": "false", "run.dir": run_dir,
             "precision": "fp32" if a.small else "bf16"}
     if a.side == "rubin-eager":
         sets["distributed.compile"] = "false"
+    sets.update(item.split("=", 1) for item in a.rubin_set or [])
     return [sys.executable, "-m", "rubin", "train", "--quiet", "--json", "--no-resume",
             *[x for k, v in sets.items() for x in ("--set", f"{k}={v}")]]
 
@@ -184,10 +190,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sides", default="rubin,plain", help=f"comma-separated, from {', '.join(SIDES)}")
     ap.add_argument("--short", type=int, default=None, help="steps of the short process (default 10; 10 with --small)")
-    ap.add_argument("--long", type=int, default=None, help="steps of the long process (default 30; 160 with --small: CPU start-up noise "
-                    "needs the longer span)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--budget-s", type=float, default=100, help="no new round starts after this (3 rounds still run)")
+    ap.add_argument("--long", type=int, default=None, help="steps of the long process (default 110; 160 with --small: CPU "
+                    "start-up noise needs the longer span)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--budget-s", type=float, default=None, help="no new round starts after this (2 rounds still run)")
+    ap.add_argument("--cache-dir", default=None, help="TORCHINDUCTOR_CACHE_DIR shared by every process (default: a new "
+                    "temporary one); one a compiled run of the same shape filled makes the warm-up short")
+    ap.add_argument("--rubin-set", action="append", metavar="KEY=VALUE", help="a --set item for the rubin sides "
+                    "(repeatable), e.g. model.fused_loss=true")
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each process (CPU)")
     ap.add_argument("--small", action="store_true", help="CPU-sized: a 2-layer GPT, seq 64, micro-batch 8, fp32")
     ap.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
@@ -198,9 +208,9 @@ def main() -> None:
         fn = lightning_child if a.child == "lightning" else plain_child
         print(json.dumps(fn(a, a.child_steps)))
         return
-    if a.rounds < 3 and not a.small:  # CPU-sized (--small) may run one round: a check of the script, not a figure
-        ap.error(f"--rounds={a.rounds}: at least 3 (alternating order needs it to mean anything)")
-    short, long_ = a.short or 10, a.long or (160 if a.small else 30)
+    if a.rounds < 2 and not a.small:  # CPU-sized (--small) may run one round: a check of the script, not a figure
+        ap.error(f"--rounds={a.rounds}: at least 2 (alternating order needs it to mean anything)")
+    short, long_ = a.short or 10, a.long or (160 if a.small else 110)
     sides = [s.strip() for s in a.sides.split(",") if s.strip()]
     bad = [s for s in sides if s not in SIDES]
     if bad:
@@ -212,14 +222,16 @@ def main() -> None:
             sides.remove(s)
     s = shape(a)
     start = time.time()
-    cache = tempfile.mkdtemp(prefix="peers-inductor-")
+    cache = a.cache_dir or tempfile.mkdtemp(prefix="peers-inductor-")
     for side in sides:  # warm the compile cache: the timed processes all find it warm
         if side in ("rubin", "plain-compile") and not a.small:
             print(json.dumps({"warmup": run_once(a, side, 2, cache)}), flush=True)
     per_step: dict[str, list[float]] = {x: [] for x in sides}
     peaks: dict[str, list[float]] = {x: [] for x in sides}
+    flops, peak = flops_per_step(s), peak_tflops(a.small)
+    table: dict[str, dict] = {}
     for r in range(a.rounds):
-        if r >= min(3, a.rounds) and time.time() - start > a.budget_s:
+        if r >= 2 and a.budget_s is not None and time.time() - start > a.budget_s:
             break
         order = sides if r % 2 == 0 else sides[::-1]
         counts = (short, long_) if r % 2 == 0 else (long_, short)
@@ -233,15 +245,34 @@ def main() -> None:
                 per_step[side].append((got[long_]["wall_s"] - got[short]["wall_s"]) / (long_ - short))
                 if got[long_].get("peak_gb") is not None:
                     peaks[side].append(got[long_]["peak_gb"])
-    tokens = s["batch"] * s["seq"]
+        table = side_table(per_step, peaks, s["batch"] * s["seq"], flops, peak)
+        for side, t in table.items():  # after every round: a run cut short keeps what it measured
+            if "ms_per_step" in t:
+                print(json.dumps({"figure": f"peers {side} ms/step", "value": round(t["ms_per_step"], 2), "unit": "ms",
+                                  "target": "-", "kind": "info", "ok": None, "rounds": t["n"], **t}), flush=True)
+        base = table.get("plain", {}).get("ms_per_step")
+        for side, t in table.items():
+            if side != "plain" and base and t.get("ms_per_step"):
+                ratio = base / t["ms_per_step"]
+                print(json.dumps({"figure": f"peers {side} speed vs plain", "value": round(ratio, 3), "unit": "x",
+                                  "target": ">= 1.0", "kind": "gap", "ok": ratio >= 1.0, "rounds": t["n"]}), flush=True)
+    base = table.get("plain", {}).get("ms_per_step")
+    ratios = {side: base / t["ms_per_step"] for side, t in table.items() if base and t.get("ms_per_step")}
+    print(json.dumps({"summary": True, "sides": table, "speed_vs_plain": ratios, "shape": s, "short": short, "long": long_,
+                      "wall_s": round(time.time() - start, 1), "peak_tflops": peak}), flush=True)
+
+
+def flops_per_step(s: dict) -> float:
+    import torch
+
     from rubin.workloads.models.gpt import GPT, GPTConfig
 
     cfg = GPTConfig(**s["args"], vocab_size=s["vocab"], block_size=s["seq"])
-    import torch
-
     with torch.device("meta"):
-        flops = GPT(cfg, seq_len=s["seq"]).flops_per_sample() * s["batch"]
-    peak = peak_tflops(a.small)
+        return GPT(cfg, seq_len=s["seq"]).flops_per_sample() * s["batch"]
+
+
+def side_table(per_step: dict, peaks: dict, tokens: int, flops: float, peak: float | None) -> dict:
     table = {}
     for side, xs in per_step.items():
         if not xs:
@@ -252,11 +283,7 @@ def main() -> None:
                        "tokens_per_s": tokens / m if m > 0 else None,
                        "mfu": flops / m / (peak * 1e12) if peak and m > 0 else None,
                        "peak_gb": statistics.median(peaks[side]) if peaks[side] else None}
-        print(json.dumps({"side": side, **table[side]}), flush=True)
-    base = table.get("plain", {}).get("ms_per_step")
-    ratios = {side: base / t["ms_per_step"] for side, t in table.items() if base and t.get("ms_per_step")}
-    print(json.dumps({"summary": True, "speed_vs_plain": ratios, "shape": s, "short": short, "long": long_,
-                      "wall_s": round(time.time() - start, 1), "peak_tflops": peak}))
+    return table
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ def main(argv=None) -> int:
 
     from rubin.bench import matmul
     from rubin.platform import device as dev
+    from rubin.platform import nvml
     from rubin.platform.nvml_watch import ClockWatch, wait_until_cool
 
     gpu = dev.cuda_available() and not args.small
@@ -52,10 +53,11 @@ def main(argv=None) -> int:
     dtype_name, n = ("bf16", 8192) if gpu else ("fp32", 256)
     seconds = args.seconds if gpu else min(args.seconds, 0.5)
     tdtype = torch.bfloat16 if gpu else torch.float32
+    index = nvml.index_of(device)  # NVML's number for this GPU (by UUID), not CUDA's
     flops = 2.0 * n**3
 
     def watch():
-        return ClockWatch(0, interval_s=0.02) if gpu else None
+        return ClockWatch(index, interval_s=0.02) if gpu else None
 
     def burst() -> tuple[float, dict | None]:
         a = torch.randn(n, n, device=device, dtype=tdtype)
@@ -77,7 +79,7 @@ def main(argv=None) -> int:
 
     tag = f"{dtype_name} {n}^3"
     if gpu:
-        wait_until_cool(0, max_s=5.0)
+        wait_until_cool(index, max_s=5.0)
     b_tf, b_nv = burst()
     emit(f"matmul_clocks {tag} burst", b_tf, "TFLOP/s", **clocks(b_nv))
     sus = matmul.measure_sustained(torch, dtype_name, n, n, n, device, seconds=seconds, watch=watch())
@@ -88,7 +90,7 @@ def main(argv=None) -> int:
     h_tf = hot["tflops"]["median"]
     emit(f"matmul_clocks {tag} hot single (rubin's timing)", h_tf, "TFLOP/s", **clocks(hot["nvml"]))
     if gpu:
-        wait_until_cool(0, max_s=5.0)
+        wait_until_cool(index, max_s=5.0)
     a = torch.randint(-2, 3, (n, n), device=device).to(tdtype)
     b = torch.randint(-2, 3, (n, n), device=device).to(tdtype)
     w = watch()

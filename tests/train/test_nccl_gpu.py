@@ -1,5 +1,8 @@
 """NCCL, as far as one GPU allows: DDP and FSDP2 through torchrun at world size 1 with the NCCL backend, an
-async DCP save on the GPU and a resume from it. Skipped without a GPU (scripts/gpu-check.sh runs them)."""
+async DCP save on the GPU and a resume from it. Skipped without a GPU (scripts/gpu-check.sh runs them).
+
+Their CPU twins (gloo, the same steps) are in test_train_distributed.py. Compile is off: these test the
+process group and the checkpoint, and an inductor cold compile would only add time to the GPU check."""
 
 import pytest
 from trainhelp import losses, mlp_args, summary
@@ -8,7 +11,7 @@ from utils import run_torchrun
 from rubin.runs import read_jsonl
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
-NCCL = ["run.device=cuda", "distributed.backend=nccl"]
+NCCL = ["run.device=cuda", "distributed.backend=nccl", "distributed.compile=false"]
 
 
 def _torchrun(run_dir, steps, *extra):

@@ -5,6 +5,8 @@ import torch
 from trainhelp import losses, mlp_args
 from utils import invoke
 
+from rubin.errors import UsageError
+from rubin.train.strategy import needs_group, resolve
 from rubin.workloads.contract.blocks import apply_activation_checkpointing
 
 
@@ -42,3 +44,18 @@ def test_compile_trains_like_eager(tmp_path):
     assert r.exit_code == 0, r.stderr
     a, b = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
     assert max(abs(x - y) for x, y in zip(a, b)) < 1e-5
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "slurm"])
+@pytest.mark.parametrize("name", ["ddp", "fsdp"])
+def test_ddp_and_fsdp_at_world_size_1_run_under_a_launcher_with_a_group(name, launcher):
+    assert resolve(name, 1, launcher) == name and needs_group(name)
+    with pytest.raises(UsageError, match=f"{name} needs torchrun"):
+        resolve(name, 1, "single")  # no launcher at all: most likely a forgotten torchrun
+
+
+def test_auto_and_single_start_no_group_at_world_size_1():
+    assert resolve("auto", 1, "torchrun") == "single" and not needs_group("single")
+    assert resolve("auto", 2, "torchrun") == "ddp"
+    with pytest.raises(UsageError, match="single runs one process"):
+        resolve("single", 2, "torchrun")

@@ -1,6 +1,10 @@
 """Worker-side random augmentation replays exactly after a resume (data.args.augment, SeededSamples)."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -42,6 +46,10 @@ def test_augmentation_draws_in_workers_and_replays_from_any_position():
     one = _batches(_loader(1), 4)
     for a, b in zip(one, two):  # the same draws whichever worker loads a sample
         assert torch.equal(a, b)
+    before = torch.get_rng_state()
+    zero = _batches(_loader(0), 4)
+    assert all(torch.equal(a, b) for a, b in zip(zero, two))  # and in the training process itself,
+    assert torch.equal(torch.get_rng_state(), before)  # whose own RNG stream does not move
     resumed = _batches(_loader(2, start_sample=2 * 16), 2)  # a loader restarted at step 2, fresh workers
     assert torch.equal(resumed[0], two[2]) and torch.equal(resumed[1], two[3])
     next_epoch = _batches(_loader(2, epoch=1), 1)
@@ -83,3 +91,37 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted_run(tmp_path, workers
     resumed = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     assert [e["step"] for e in resumed if e["kind"] == "resume"] == [12]
     assert _summary(run)["param_digest"] == _summary(straight)["param_digest"]
+
+
+PREFETCH_DRIVER = Path(__file__).with_name("prefetch_driver.py")
+
+
+def _prefetched(args, env=None) -> subprocess.CompletedProcess:
+    """``rubin ARGS`` with the prefetcher loading one step ahead, as on CUDA (see prefetch_driver.py)."""
+    full = {k: v for k, v in os.environ.items() if k != "RUBIN_FAULT"}
+    full.update(OMP_NUM_THREADS="1", **(env or {}))
+    return subprocess.run([sys.executable, str(PREFETCH_DRIVER), *args], capture_output=True, text=True, env=full,
+                          timeout=300)
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_with_the_cuda_prefetcher_and_no_workers_matches_uninterrupted_run(tmp_path):
+    """The prefetcher loads batch k+1 before step k's checkpoint captures the RNG. With 0 workers the
+    augmentation was drawn from the training process's RNG, so the resumed run drew batch k+1 again from
+    a later state. Per-sample seeds make the draws independent of when a batch is loaded."""
+    plain = tmp_path / "plain"
+    p = run_rubin(_args(plain, 0))
+    assert p.returncode == 0, p.stderr[-2000:]
+    straight = tmp_path / "straight"
+    p = _prefetched(_args(straight, 0))
+    assert p.returncode == 0, p.stderr[-2000:]
+    run = tmp_path / "killed"
+    p = _prefetched(_args(run, 0), env={"RUBIN_FAULT": "crash@step=14"})
+    assert p.returncode == -9, p.stderr[-2000:]  # a real SIGKILL, after the checkpoint of step 12
+    assert (run / "checkpoints" / "step-00000012" / "COMMITTED").exists()
+    p = _prefetched(_args(run, 0))
+    assert p.returncode == 0, p.stderr[-2000:]
+    resumed = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in resumed if e["kind"] == "resume"] == [12]
+    assert _summary(run)["param_digest"] == _summary(straight)["param_digest"]
+    assert _summary(straight)["param_digest"] == _summary(plain)["param_digest"]  # loading ahead changes nothing

@@ -22,7 +22,7 @@ import time
 from rubin.bench import stats
 from rubin.errors import bad_value
 from rubin.platform import device as dev
-from rubin.platform import specs
+from rubin.platform import nvml, specs
 from rubin.platform.nvml_watch import ClockWatch, wait_until_cool
 
 NAME = "matmul"
@@ -75,7 +75,7 @@ def _watch(device, watch):
     """The NVML watch for this measurement: the one given (tests), else one on a CUDA device, else None."""
     if watch is not None or device.type != "cuda":
         return watch
-    return ClockWatch(device.index or 0)
+    return ClockWatch(nvml.index_of(device))
 
 
 def measure_shape(torch, dtype, m, n, k, device, *, warmup: int, trials: int, flush, watch=None) -> dict:
@@ -143,7 +143,7 @@ def headline(torch, params: dict, device, flush, watch_factory=None) -> dict:
     h = params["headline"]
     m, n, k = h.get("shape") or max(params["shapes"], key=lambda s: s[0] * s[1] * s[2])
     make = watch_factory or (lambda: None)
-    cooled = wait_until_cool(device.index or 0, max_s=params.get("cooldown_s", 0.0)) if device.type == "cuda" else 0.0
+    cooled = wait_until_cool(nvml.index_of(device), max_s=params.get("cooldown_s", 0.0)) if device.type == "cuda" else 0.0
     burst = measure_shape(torch, h["dtype"], m, n, k, device, warmup=params["warmup"], trials=params["trials"],
                           flush=flush, watch=make())
     sustained = measure_sustained(torch, h["dtype"], m, n, k, device, seconds=h["sustained_s"], watch=make())
@@ -179,7 +179,7 @@ def run(params: dict, ctx, watch_factory=None) -> dict:
                 for m, n, k in params["shapes"]:
                     ctx.progress(f"matmul {dtype} {m}x{n}x{k} on {device}")
                     if device.type == "cuda":  # each shape starts from a cool GPU, as a short plain loop does
-                        wait_until_cool(device.index or 0, max_s=params.get("cooldown_s", 0.0))
+                        wait_until_cool(nvml.index_of(device), max_s=params.get("cooldown_s", 0.0))
                     fig = measure_shape(torch, dtype, m, n, k, device, warmup=params["warmup"],
                                         trials=params["trials"], flush=flush,
                                         watch=watch_factory() if watch_factory else None)

@@ -158,6 +158,21 @@ def total_memory_bytes(device) -> int | None:
     return None
 
 
+def device_uuid(device) -> str | None:
+    """The GPU's UUID as NVML spells it (``GPU-xxxxxxxx-...``), for mapping a CUDA device to its NVML handle;
+    ``None`` on CPU or when the properties carry none. CUDA numbers devices after CUDA_VISIBLE_DEVICES (and
+    fastest-first by default), NVML by PCI bus: the same index is often another GPU."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    if not uuid:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
 def l2_cache_bytes(device) -> int | None:
     """L2 size in bytes on CUDA (to size the cache flush between timed kernels); ``None`` elsewhere."""
     if getattr(device, "type", None) == "cuda":
@@ -238,6 +253,11 @@ def stream_context(stream):
     import torch
 
     return torch.cuda.stream(stream)
+
+
+def record_stream(tensor, stream) -> None:
+    """Tell the caching allocator that ``tensor`` is used on ``stream`` (its memory is not reused before)."""
+    tensor.record_stream(stream)
 
 
 def wait_stream(stream) -> None:

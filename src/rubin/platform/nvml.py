@@ -120,6 +120,25 @@ class Nvml:
             self.lib.nvmlShutdown()
 
 
+def index_of(device) -> int:
+    """The NVML index of a torch CUDA DEVICE, found by its UUID (NVML's and CUDA's numbering differ under
+    CUDA_VISIBLE_DEVICES, and in CUDA's default fastest-first order); the CUDA index where NVML or the UUID is
+    not there to ask, which is right on a machine with one GPU."""
+    fallback = getattr(device, "index", None) or 0
+    nv = get()
+    if nv is None or getattr(device, "type", None) != "cuda":
+        return fallback
+    from rubin.platform import device as dev
+
+    try:
+        uuid = dev.device_uuid(device)
+        if uuid is None:
+            return fallback
+        return int(nv.system("nvmlDeviceGetIndex", nv.system("nvmlDeviceGetHandleByUUID", uuid)))
+    except (NvmlError, RuntimeError, AssertionError):  # no such UUID (MIG, a fake), or CUDA would not answer
+        return fallback
+
+
 _state = SimpleNamespace(nvml=None, error=None, error_name=None, loaded=False, override=False)
 _load_lock = threading.Lock()
 

@@ -78,6 +78,17 @@ class FakePynvml:
             raise _error("INVALID_ARGUMENT")
         return index
 
+    def nvmlDeviceGetHandleByUUID(self, uuid: str):
+        """The handle (here: the index) of the device whose recorded nvmlDeviceGetUUID is UUID."""
+        self.calls.append("nvmlDeviceGetHandleByUUID")
+        for index, device in enumerate(self.data.get("devices", [])):
+            if device.get("nvmlDeviceGetUUID") == uuid:
+                return index
+        raise _error("NOT_FOUND")
+
+    def nvmlDeviceGetIndex(self, handle):
+        return handle
+
 
 def fake_nvml(data: dict | str | Path) -> Nvml | None:
     """An initialized ``Nvml`` over recorded data (a dict or a JSON path); ``None`` if init fails."""

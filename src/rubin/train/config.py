@@ -51,8 +51,9 @@ class ModelConfig(_Section):
     name: str = Field("vit", description="reference model: vit, resnet, gpt, llama, mlp (ignored when import is set)")
     import_: Optional[str] = Field(None, alias="import", description="'pkg.module:function' returning an nn.Module")
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the model builder")
-    fused_loss: Union[bool, Literal["auto"]] = Field("auto", description="head + cross-entropy in chunks, without the full "
-                                                     "logits: auto = on CUDA for a known lm_head (rubin's LMs, HF causal LMs)")
+    fused_loss: Union[bool, Literal["auto", "liger"]] = Field(
+        "auto", description="head + cross-entropy in chunks, without the full logits: true = rubin's, liger = Liger-Kernel's "
+        "(CUDA, rubin[liger]); auto = on CUDA for a known lm_head (rubin's LMs, HF causal LMs), Liger's when it imports")
 
 
 class DataConfig(_Section):

@@ -9,8 +9,11 @@ another world size all see exactly the same samples per step; the sampler positi
 
 from __future__ import annotations
 
+import contextlib
+import random
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
@@ -99,18 +102,18 @@ def sample_seed(seed: int, epoch: int, position: int) -> int:
 
 
 class SeededSamples(Dataset):
-    """Loads ``dataset[index]`` for an (index, seed) key, with the worker's RNGs seeded from SEED first.
+    """Loads ``dataset[index]`` for an (index, seed) key, with the RNGs seeded from SEED first.
 
-    This is how the DataLoader workers' RNG is checkpointed: instead of snapshotting each
-    worker's generator (whose position depends on prefetching and on which worker drew what),
-    every sample's draws are a function of (run seed, epoch, position in the epoch), and those
-    are in the checkpoint. A resumed run therefore replays worker-side augmentation exactly, even
-    with another number of workers or ranks. Used for datasets that set ``seed_per_sample``.
+    This is how the data RNG is checkpointed: instead of snapshotting each worker's generator
+    (whose position depends on prefetching and on which worker drew what), every sample's draws
+    are a function of (run seed, epoch, position in the epoch), and those are in the checkpoint.
+    A resumed run therefore replays augmentation exactly, with any number of workers or ranks.
+    Used for datasets that set ``seed_per_sample``.
 
-    Without workers (``num_workers=0``) the sample is loaded by the training process at the
-    step that uses it, and that process's RNG state is saved at every step boundary already,
-    so the key's seed is ignored there: reseeding the training process would reset the model's
-    dropout stream.
+    Without workers (``num_workers=0``) the training process loads the samples, and it seeds them
+    the same way inside a saved-and-restored RNG state (``_kept_rng``): the draws do not depend on
+    when a batch is loaded (on CUDA the prefetcher loads the next step's batch before this step's
+    checkpoint captures the RNG), and the training process's own streams (dropout) do not move.
     """
 
     def __init__(self, dataset):
@@ -120,16 +123,34 @@ class SeededSamples(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, key):
-        index, seed = key
-        if get_worker_info() is not None:
-            import random
+        return self.__getitems__([key])[0]
 
-            import numpy as np
+    def __getitems__(self, keys: list) -> list:
+        """A whole micro-batch (the DataLoader's fetcher calls this): one RNG save and restore per batch."""
+        with contextlib.nullcontext() if get_worker_info() is not None else _kept_rng():
+            out = []
+            for index, seed in keys:
+                _seed_cpu_rngs(seed)
+                out.append(self.dataset[index])
+            return out
 
-            torch.random.default_generator.manual_seed(seed)
-            np.random.seed(seed % 2**32)
-            random.seed(seed)
-        return self.dataset[index]
+
+def _seed_cpu_rngs(seed: int) -> None:
+    """torch's CPU generator (not ``torch.manual_seed``, which would also reseed CUDA's), numpy, random."""
+    torch.random.default_generator.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+@contextlib.contextmanager
+def _kept_rng():
+    saved = torch.random.default_generator.get_state(), np.random.get_state(), random.getstate()
+    try:
+        yield
+    finally:
+        torch.random.default_generator.set_state(saved[0])
+        np.random.set_state(saved[1])
+        random.setstate(saved[2])
 
 
 class EvalSampler(Sampler[int]):

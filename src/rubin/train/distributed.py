@@ -35,15 +35,16 @@ def detect(env: dict | None = None) -> DistInfo:
     return DistInfo(found.rank, found.local_rank, found.world_size, found.source)
 
 
-def setup(cfg) -> DistInfo:
-    """Pick the device, check precision against it, and join the process group when world > 1."""
+def setup(cfg, info: DistInfo, *, group: bool) -> DistInfo:
+    """Pick INFO's device, check precision against it, and join the process group when world > 1 or when
+    GROUP says the strategy runs collectives (ddp/fsdp at world size 1 under a launcher: a 1-rank group).
+
+    The strategy is resolved by the caller (the trainer), before this runs: a strategy the launch cannot
+    run is refused before any device or group is touched.
+    """
     import torch
     import torch.distributed as dist
 
-    info = detect()
-    from rubin.train.strategy import resolve
-
-    resolve(cfg.distributed.strategy, info.world_size)  # a strategy this launch cannot run is bad input: refuse it first
     info.device = dev.pick_device(info.local_rank, cfg.run.device)
     backend = cfg.distributed.backend
     if backend == "auto":
@@ -55,7 +56,7 @@ def setup(cfg) -> DistInfo:
     if info.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = cfg.run.allow_tf32
         torch.backends.cudnn.allow_tf32 = cfg.run.allow_tf32
-    if info.world_size > 1 and not dist.is_initialized():
+    if (info.world_size > 1 or group) and not dist.is_initialized():
         if "MASTER_ADDR" not in os.environ:
             os.environ.setdefault("MASTER_ADDR", os.environ.get("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"))
             os.environ.setdefault("MASTER_PORT", "29500")

@@ -28,18 +28,30 @@ from rubin.errors import bad_value
 from rubin.workloads.contract.blocks import apply_activation_checkpointing
 
 
-def resolve(name: str, world_size: int) -> str:
+def resolve(name: str, world_size: int, launcher: str = "single") -> str:
+    """The strategy this launch runs: ``auto`` chosen from the world size, a wrong choice refused in one line.
+
+    ddp and fsdp at world size 1 are allowed under a launcher (``torchrun --nproc-per-node=1``, a one-task
+    Slurm step): the trainer then starts a 1-rank process group, so a one-GPU-per-node job runs the same
+    code as its N-rank version. Without any launcher they are refused: a plain ``rubin train`` with
+    strategy=ddp most likely forgot torchrun, and a 1-rank group there would need a port nobody arranged.
+    """
     if name == "auto":
         return "single" if world_size == 1 else "ddp"
     if name == "single" and world_size > 1:
         raise bad_value("distributed.strategy", name, f"single runs one process, but world size is {world_size}",
                         "use ddp or fsdp")
-    if name in ("ddp", "fsdp") and world_size == 1:
+    if name in ("ddp", "fsdp") and world_size == 1 and launcher == "single":
         raise bad_value("distributed.strategy", name,
-                        f"{name} needs torchrun with 2 or more processes, but this is one process",
-                        "launch with `torchrun --nproc-per-node=N -m rubin train ...`, or use strategy=auto or single")
+                        f"{name} needs torchrun (or another launcher), and this process was started without one",
+                        "launch with `torchrun --nproc-per-node=N -m rubin train ...` (N=1 runs it in one process), "
+                        "or use strategy=auto or single")
     return name
 
+
+def needs_group(name: str) -> bool:
+    """Whether the resolved strategy runs collectives (DDP's all-reduce, FSDP's gathers), also on one rank."""
+    return name in ("ddp", "fsdp")
 
 
 class Strategy:

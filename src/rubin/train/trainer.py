@@ -31,7 +31,7 @@ from rubin.train.observe.console import Console
 from rubin.train.observe.sinks import build_sinks
 from rubin.train.observe.sinks import require as require_sinks
 from rubin.train.observe.telemetry import Telemetry
-from rubin.train.strategy import Precision, Strategy, build_optimizer, build_scheduler, resolve
+from rubin.train.strategy import Precision, Strategy, build_optimizer, build_scheduler, needs_group, resolve
 from rubin.train.task import evaluate
 from rubin.workloads.contract.blocks import find_blocks, missing_warning
 from rubin.workloads.contract.flops import obtain as obtain_flops
@@ -42,14 +42,17 @@ def train(cfg, *, force: bool = False, resume: bool = True, console: Console | N
     """Train CFG to the end (or a preemption: ``Preempted``, exit 75). CONSOLE is the caller's (the CLI's);
     without one, nothing but warnings is shown."""
     console = console or Console(quiet=True)
-    info = distributed.setup(cfg)
+    info = distributed.detect()
+    # resolved once, here: a strategy this launch cannot run is bad input, refused before the group forms
+    strategy = resolve(cfg.distributed.strategy, info.world_size, info.source)
+    distributed.setup(cfg, info, group=needs_group(strategy))
     # Signals are caught from here, not from the first step: a SIGTERM or Slurm's SIGUSR1 warning
     # during setup (a restore can take minutes) is then a stop at the first check (one step, an
     # emergency save, exit 75) instead of the default action killing the rank.
     preempt = PreemptionHandler().install()
     ok, trainer = False, None
     try:
-        trainer = Trainer(cfg, info, force=force, resume=resume, console=console, preempt=preempt)
+        trainer = Trainer(cfg, info, strategy, force=force, resume=resume, console=console, preempt=preempt)
         summary = trainer.fit()
         ok = True
         return summary
@@ -77,9 +80,11 @@ def train(cfg, *, force: bool = False, resume: bool = True, console: Console | N
 
 
 class Trainer:
-    def __init__(self, cfg, info, *, force: bool, resume: bool, console: Console, preempt: PreemptionHandler):
+    def __init__(self, cfg, info, strategy: str, *, force: bool, resume: bool, console: Console,
+                 preempt: PreemptionHandler):
         self.cfg = cfg
         self.info = info
+        self.strategy_name = strategy  # resolved by train(), once
         self.t_start = time.time()
         self.preempt = preempt
         self.console = console
@@ -115,7 +120,7 @@ class Trainer:
         if info.determinism and info.is_main:
             self.env["determinism"] = info.determinism
         self.run.write_env(self.env)
-        name = resolve(cfg.distributed.strategy, info.world_size)
+        name = self.strategy_name
         # before wrapping: counted on meta copies
         self.flops = obtain_flops(model, self.data_info, train_ds, self.plan.micro_batch, self.task)
         if self.flops.warning:
@@ -124,7 +129,8 @@ class Trainer:
         act_ckpt = cfg.distributed.activation_checkpointing
         if not found_blocks and missing_warning(name, act_ckpt):
             self._warn(missing_warning(name, act_ckpt))
-        self.speed = speedups.prepare(cfg, model, info.device, self.task, self.run.path)  # fp8, fused loss, compile
+        self.speed = speedups.prepare(cfg, model, info.device, self.task, self.run.path, micro_batch=self.plan.micro_batch,
+                                      tokens_per_sample=self.data_info.tokens_per_sample, warn=self._warn)
         self.strategy = Strategy(name, model, info, blocks=found_blocks, compile=self.speed.compile, act_ckpt=act_ckpt)
         self.optimizer = build_optimizer(self.strategy.model, cfg.optim, info.device)
         scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)
@@ -307,8 +313,9 @@ class Trainer:
             return None
         self.faults.beat(step, "eval")
         t0 = time.perf_counter()
-        result = evaluate(self.strategy.model, self.eval_loader, self.task, self.info.device, self.state.precision,
-                          self.info)
+        result = speedups.checked(self.speed, lambda: evaluate(self.strategy.model, self.eval_loader, self.task,
+                                                               self.info.device, self.state.precision, self.info),
+                                  self, during="evaluation")
         self.telemetry.exclude_time(time.perf_counter() - t0)
         row = {"step": step, **result}
         self.telemetry.log_eval(row)
@@ -322,6 +329,7 @@ class Trainer:
             self.telemetry.add_ckpt_time(self.ckpt.maybe_save(loop.step, force=True))
         self.ckpt.wait()
         self.faults.stop()
+        speedups.note_fallbacks(self.speed, self)  # the summary says what dynamo really compiled
         latest = self.ckpt.latest() if self.info.is_main else None
         loop_counts = {k: getattr(loop, k) for k in ("samples_seen", "tokens_seen", "nan_skips", "rollbacks")}
         summary = {

@@ -6,8 +6,10 @@ go through in chunks; each chunk's logits live only while that chunk is computed
 one log-sum-exp per token, and the backward recomputes each chunk's logits (one extra head matmul,
 about 1/3 more head FLOPs) instead of storing them. Peak extra memory is one chunk's logits.
 
-Maintained alternatives (cut-cross-entropy, Liger's fused linear cross-entropy) are Triton kernels:
-CUDA only, so this torch version is the one that also runs, and is tested, on CPU.
+Liger-Kernel's fused linear cross-entropy (``impl="liger"``, an optional extra) is a Triton kernel that
+computes the gradients inside the forward's chunks: three head matmuls instead of four, and fused
+passes over each chunk. It runs on CUDA only, so this torch version is the one that also runs, and is
+tested, on CPU, and the oracle Liger's is held against.
 """
 
 from __future__ import annotations
@@ -29,6 +31,22 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
+def _product_wide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` in the accumulator's dtype (fp32 for bf16/fp16 inputs), so the weight gradient is rounded to the
+    input dtype once, at the end, as the plain head's single matmul is; rounding each chunk's product first
+    doubled the error under bf16 autocast. On CUDA the tensor cores accumulate in fp32 and return it
+    (``out_dtype``); elsewhere the fp32 product of the same bf16 values is that exact result."""
+    wide = torch.promote_types(a.dtype, torch.float32)
+    if a.dtype == wide:
+        return a @ b
+    if a.is_cuda:
+        try:
+            return torch.mm(a, b, out_dtype=wide)
+        except (TypeError, RuntimeError):  # a torch without mm's out_dtype, or a dtype it does not take
+            pass
+    return a.to(wide) @ b.to(wide)
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, target, ignore_index: int, chunk: int):
@@ -44,7 +62,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
             t = target[start:end].clamp(min=0)
             picked = logits.gather(1, t[:, None]).squeeze(1)
             total += ((lse[start:end] - picked) * valid[start:end]).sum()
-        count = valid.sum().clamp(min=1)
+        # no clamp: a batch whose targets are all ignored is 0/0 = NaN, as F.cross_entropy's mean is, so the
+        # NaN policy sees it (it gave 0 here, a step that trained on nothing and looked healthy)
+        count = valid.sum()
         ctx.save_for_backward(hidden, weight, target, lse, count)
         ctx.ignore_index, ctx.chunk = ignore_index, chunk
         return total / count
@@ -52,7 +72,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         hidden, weight, target, lse, count = ctx.saved_tensors
-        scale = _wide(grad_out / count)
+        scale = _wide(grad_out / count.clamp(min=1))  # all ignored: zero gradients, as F.cross_entropy gives
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         # fp32 accumulation of the weight gradient over chunks, cast once at the end
         grad_w = torch.zeros(weight.shape, dtype=lse.dtype, device=weight.device) if ctx.needs_input_grad[1] else None
@@ -69,7 +89,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if grad_h is not None:
                 grad_h[start:end] = g @ weight
             if grad_w is not None:
-                grad_w += g.t() @ h
+                grad_w += _product_wide(g.t(), h)
         return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
 
 
@@ -104,6 +124,7 @@ class FusedHead(nn.Linear):
 
     target: torch.Tensor | None = None
     chunk: int = DEFAULT_CHUNK
+    impl: str = "rubin"  # or "liger"
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.target is None:
@@ -112,7 +133,30 @@ class FusedHead(nn.Linear):
             raise UsageError(f"model.fused_loss: the head gets hidden states of shape {tuple(hidden.shape)} but the "
                              f"targets are {tuple(self.target.shape)} (the model slices positions before its head); "
                              "set model.fused_loss=false")
+        if self.impl == "liger":
+            return self._liger_loss(hidden)
         return linear_cross_entropy(hidden, self.weight, self.target, chunk=self.chunk)
+
+    def _liger_loss(self, hidden: torch.Tensor) -> torch.Tensor:
+        # made per call (a parameter-free Module, microseconds): kept on the head it would join the module tree
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        liger = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, reduction="mean")
+        device_type, weight = hidden.device.type, self.weight
+        if torch.is_autocast_enabled(device_type):  # the dtypes a plain Linear would see: Liger takes them as given
+            dtype = torch.get_autocast_dtype(device_type)
+            hidden, weight = hidden.to(dtype), weight.to(dtype)
+        with torch.autocast(device_type, enabled=False):
+            return liger(weight, hidden.reshape(-1, hidden.shape[-1]), self.target.reshape(-1))
+
+
+def liger_missing() -> str | None:
+    """Why Liger-Kernel's fused loss cannot be imported here (its package, or the Triton it needs), or None."""
+    try:
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss  # noqa: F401
+    except Exception as err:  # noqa: BLE001 - not installed, or a Triton it cannot load: either way, not usable
+        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:160]
+    return None
 
 
 def find_head(model: nn.Module) -> tuple[nn.Linear | None, str]:
@@ -136,13 +180,14 @@ def find_head(model: nn.Module) -> tuple[nn.Linear | None, str]:
     return head, ""
 
 
-def install(model: nn.Module, chunk: int = DEFAULT_CHUNK) -> FusedHead:
-    """Make ``model.lm_head`` a FusedHead (see ``find_head`` for which heads qualify)."""
+def install(model: nn.Module, chunk: int = DEFAULT_CHUNK, impl: str = "rubin") -> FusedHead:
+    """Make ``model.lm_head`` a FusedHead computing the loss with IMPL, rubin's or Liger's (see ``find_head``
+    for which heads qualify)."""
     head, why = find_head(model)
     if head is None:
         raise ValueError(f"no output head the fused loss knows: {why}")
     head.__class__ = FusedHead  # a subclass with no state of its own: the module keeps its weight and hooks
-    head.chunk = int(chunk)
+    head.chunk, head.impl = int(chunk), impl
     return head
 
 
@@ -156,9 +201,10 @@ def targets(head: FusedHead, target: torch.Tensor):
         head.target = None
 
 
-def fused_lm_loss(model, idx: torch.Tensor, target: torch.Tensor, *, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
-    """Next-token loss of ``model`` on ``idx`` through its own forward, without the full logits."""
-    head = install(model, chunk)
+def fused_lm_loss(model, idx: torch.Tensor, target: torch.Tensor, *, chunk: int = DEFAULT_CHUNK,
+                  impl: str = "rubin") -> torch.Tensor:
+    """Next-token loss of ``model`` on ``idx`` through its own forward, without the full logits (IMPL's)."""
+    head = install(model, chunk, impl)
     with targets(head, target):
         out = model(idx)
     if isinstance(out, (tuple, list)):

@@ -132,7 +132,8 @@ class Console:
             table.add_row("MFU", f"{summary['mfu'] * 100:.1f}%")
         compiled = summary.get("compile") or {}
         if compiled.get("blocks"):  # kept out of throughput and MFU above
-            table.add_row("compile", f"{compiled['compile_s']:.1f} s (first step, {compiled['blocks']} blocks)")
+            traced = f", dynamo: {compiled.get('graphs', 0)} graphs, {compiled.get('recompiles', 0)} recompiles"
+            table.add_row("compile", f"{compiled['compile_s']:.1f} s (first step, {compiled['blocks']} blocks{traced})")
         table.add_row("wall time", f"{summary['wall_s']:.1f} s")
         table.add_row("run dir", summary["run_dir"])
         if ckpt_path:

@@ -53,9 +53,9 @@ class Telemetry:
         if self.info.device.type != "cuda":
             return None
         try:
-            from rubin.platform.nvml import NvmlSampler
+            from rubin.platform.nvml import NvmlSampler, index_of
 
-            return NvmlSampler(self.info.device.index or 0)
+            return NvmlSampler(index_of(self.info.device))  # by UUID: NVML numbers GPUs its own way
         except Exception as exc:  # noqa: BLE001 - NVML is optional; say so once
             warnings.warn(f"NVML sampling is off: {exc}")
             return None

@@ -24,18 +24,21 @@ class Speedups:
     pending_first_step: bool = False
 
     def summary(self) -> dict:
-        return {"compile": {"blocks": self.report.compiled, "compile_s": round(self.report.compile_s, 3),
-                            "fallback": self.report.fallback},
-                "fused_loss": self.head is not None, "fp8_layers": len(self.fp8_layers)}
+        """What really ran: compile's figures come from dynamo's counters (read by ``note_fallbacks``)."""
+        return {"compile": self.report.as_dict(), "fused_loss": self.head is not None,
+                "fused_loss_impl": getattr(self.head, "impl", None), "fp8_layers": len(self.fp8_layers)}
 
 
-def prepare(cfg, model, device, task: str, run_path: Path | None) -> Speedups:
-    """Convert and mark ``model`` in place (before the strategy wraps it) and return the decisions."""
+def prepare(cfg, model, device, task: str, run_path: Path | None, *, micro_batch: int = 16,
+            tokens_per_sample: int | None = None, warn=lambda message: None) -> Speedups:
+    """Convert and mark ``model`` in place (before the strategy wraps it) and return the decisions.
+    MICRO_BATCH and TOKENS_PER_SAMPLE size fp8's matmuls; WARN takes a warning line."""
     out = Speedups()
     if cfg.precision == "fp8":
         from rubin.train.speed import fp8
 
-        out.fp8_layers = fp8.convert(model, device)
+        out.fp8_layers = fp8.convert(model, device, micro_batch=micro_batch,
+                                     tokens_per_sample=tokens_per_sample if task == "lm" else None, warn=warn)
     out.head = _fused_head(cfg.model.fused_loss, model, device, task)
     out.compile = comp.wanted(cfg.distributed.compile, device)
     if out.compile:
@@ -46,24 +49,37 @@ def prepare(cfg, model, device, task: str, run_path: Path | None) -> Speedups:
 
 
 def _fused_head(mode, model, device, task: str):
-    from rubin.workloads.fused_loss import find_head, install
+    """The FusedHead the run's lm_head becomes, or None. ``true``: rubin's chunked loss; ``liger``: Liger-Kernel's
+    (CUDA, installed); ``auto``: on CUDA, Liger's when it imports, else rubin's; off on a CPU."""
+    from rubin.workloads.fused_loss import find_head, install, liger_missing
 
-    if mode is False or mode == "false":
+    mode = {True: "true", False: "false"}.get(mode, mode)
+    if mode == "false":
         return None
     if task != "lm":
-        if mode is True or mode == "true":
-            raise UsageError(f"model.fused_loss=true: the fused loss is for next-token (lm) data and this run's task is "
+        if mode != "auto":
+            raise UsageError(f"model.fused_loss={mode}: the fused loss is for next-token (lm) data and this run's task is "
                              f"{task}; set model.fused_loss=auto or false")
         return None
     head, why = find_head(model)
     if head is None:
-        if mode is True or mode == "true":
-            raise UsageError(f"model.fused_loss=true: the output head cannot be found ({why}); the fused loss takes over "
+        if mode != "auto":
+            raise UsageError(f"model.fused_loss={mode}: the output head cannot be found ({why}); the fused loss takes over "
                              "a bias-free lm_head Linear (rubin's LMs, Hugging Face causal LMs); set model.fused_loss=false")
         return None
-    if mode == "auto" and getattr(device, "type", None) != "cuda":
+    cuda = getattr(device, "type", None) == "cuda"
+    if mode == "liger":
+        if not cuda:
+            raise UsageError(f"model.fused_loss=liger runs Liger-Kernel's Triton kernels on a CUDA GPU and this run is on "
+                             f"{getattr(device, 'type', device)}; use model.fused_loss=true (rubin's chunked loss) here")
+        missing = liger_missing()
+        if missing:
+            raise UsageError(f"model.fused_loss=liger needs Liger-Kernel, which does not import here ({missing}); "
+                             "pip install 'rubin[liger]', or use model.fused_loss=auto (rubin's own fused loss)")
+        return install(model, impl="liger")
+    if mode == "auto" and not cuda:
         return None  # on a CPU the recomputed head matmul costs more than the memory it saves
-    return install(model)
+    return install(model, impl="liger" if mode == "auto" and liger_missing() is None else "rubin")
 
 
 def first_step(speed: Speedups, step, trainer):
@@ -88,3 +104,27 @@ def first_step(speed: Speedups, step, trainer):
         trainer._warn(message)
     trainer.telemetry.exclude_time(speed.report.compile_s)
     return result
+
+
+def checked(speed: Speedups, run, trainer, *, during: str):
+    """RUN (an evaluation) with compile's fallback outside the first step: a compiler error there drops
+    compile for the rest of the run with one warning and runs RUN again eagerly; dynamo's own eager
+    fallbacks (the recompile limit) are one warning too. Both go into the summary's ``compile``."""
+    if not speed.compile or speed.pending_first_step:
+        return run()
+    try:
+        out = run()
+    except Exception as err:  # noqa: BLE001 - filtered: only the compiler's errors fall back
+        if not speed.report.compiled or not comp.from_compiler(err):
+            raise
+        trainer._warn(comp.fall_back(trainer.strategy.compiled, speed.report, err, during))
+        out = run()
+    note_fallbacks(speed, trainer)
+    return out
+
+
+def note_fallbacks(speed: Speedups, trainer) -> None:
+    """Read dynamo's counters into the report; a frame it ran eagerly since the last read is one warning."""
+    if speed.compile and not speed.pending_first_step:
+        for message in speed.report.read():
+            trainer._warn(message)

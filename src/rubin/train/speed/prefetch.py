@@ -27,7 +27,7 @@ def _to(batch, device, non_blocking: bool):
 
 def _record(batch, stream) -> None:
     if isinstance(batch, torch.Tensor):
-        batch.record_stream(stream)
+        dev.record_stream(batch, stream)
     elif isinstance(batch, (list, tuple)):
         for b in batch:
             _record(b, stream)
@@ -37,15 +37,20 @@ def _record(batch, stream) -> None:
 
 
 class Prefetcher:
-    """Wraps an iterator of host batches; yields device batches, one copied ahead on CUDA.
+    """Wraps an iterator of host batches; yields device batches, one copied ahead on CUDA (AHEAD: the
+    default; the CPU tests force it, with the device seam's stream functions stubbed).
+
+    The next batch is taken from the iterator before this one's step runs, so before that step's
+    checkpoint captures the RNG: a dataset that draws random numbers in this process must not draw
+    them from the global RNG's position (``data.SeededSamples`` seeds each sample instead).
 
     ``close()`` closes the wrapped iterator (a DataLoader's workers stop with it).
     """
 
-    def __init__(self, batches: Iterator, device):
+    def __init__(self, batches: Iterator, device, *, ahead: bool | None = None):
         self._it = iter(batches)
         self.device = device
-        self._cuda = getattr(device, "type", None) == "cuda"
+        self._cuda = getattr(device, "type", None) == "cuda" if ahead is None else ahead
         self._stream = dev.new_stream(device) if self._cuda else None
         self._next = None
         self._done = False

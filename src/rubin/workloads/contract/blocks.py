@@ -16,7 +16,6 @@ Rules, in order (``docs/byom.md`` lists them for users):
 
 from __future__ import annotations
 
-import functools
 import re
 
 from torch import nn
@@ -128,8 +127,22 @@ def missing_warning(strategy: str, act_ckpt: bool) -> str | None:
 
 
 def apply_activation_checkpointing(blocks: list[nn.Module]) -> None:
-    """Recompute each block in backward. Patches ``forward`` on the instance, so state-dict keys do not change."""
+    """Recompute each block in backward. Patches ``forward`` on the instance, so state-dict keys do not change.
+
+    The patched ``forward`` is a function of rubin's (``_recomputed``), not ``functools.partial(checkpoint, ...)``:
+    with regional compile, dynamo starts tracing at the first frame below ``Module._call_impl`` (which it
+    skips), and ``torch.utils.checkpoint.checkpoint`` is ``@torch._disable_dynamo``, so with the partial
+    there was no frame to trace and every block ran eagerly. From a frame of ours dynamo traces the
+    checkpoint as its higher-order op: one graph reused by every block, recomputation included.
+    """
+    for block in blocks:
+        block.forward = _recomputed(block.forward)
+
+
+def _recomputed(forward):
     from torch.utils.checkpoint import checkpoint
 
-    for block in blocks:
-        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+    def recomputed_forward(*args, **kwargs):
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    return recomputed_forward
