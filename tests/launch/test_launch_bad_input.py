@@ -150,8 +150,8 @@ def test_train_accepts_and_validates_the_launch_section(tmp_path, cfg):
 
 def test_local_gpu_launch_needs_the_gpus_here(tmp_path, cfg):
     """NVML (a recorded fake: one GPU) decides: 2 nodes x 1 GPU cannot start here; 1 x 1 passes the check."""
-    from rubin.launch.job import resolve
-    from rubin.launch.submit import check_local_gpus
+    from rubin.launch.local import check_local_gpus
+    from rubin.launch.resolve import resolve
     from rubin.platform import nvml_fake
 
     with nvml_fake.install({"devices": [{"nvmlDeviceGetName": "NVIDIA H100 80GB HBM3"}]}):

@@ -14,11 +14,11 @@ import json
 import os
 import sys
 
-TARGETS = ("local", "slurm", "k8s", "azureml", "skypilot")
+from rubin.launch import targets
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="TARGET", help=f"where to run: {', '.join(TARGETS)}")
+    p.add_argument("target", metavar="TARGET", help=f"where to run: {', '.join(targets.TARGETS)}")
     p.add_argument("config", metavar="CONFIG", help="train config YAML (its launch: section says where and how)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set launch.nodes=2 or --set optim.lr=1e-3 (repeatable)")
@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from rubin.launch import submit as sub
-    from rubin.launch.job import resolve
+    from rubin.launch.resolve import resolve
 
     sets = list(args.overrides)
     if args.nodes is not None:
@@ -42,7 +42,8 @@ def run(args) -> int:
         sets.append(f"launch.gpus_per_node={args.gpus_per_node}")
     env = dict(os.environ)
     job = resolve(args.target, args.config, sets, args.launch_file, env=env)
-    text = sub.render(job)
+    target = targets.get(job.target)
+    text = target.render(job)
     sub.check_out(args.out, text, args.force)
     for w in job.warnings:
         print(f"rubin launch: warning: {w}", file=sys.stderr)
@@ -55,13 +56,13 @@ def run(args) -> int:
         else:
             print(text, end="")
         return 0
-    sub.check_submit(job, env)
+    sub.check_submit(target, job, env)
     out = sys.stderr if args.json else sys.stdout
 
     def say(*a):  # flushed: a supervisor's lines must show up at once, even in a log file
         print(*a, file=out, flush=True)
 
-    result = sub.submit(job, text, args.out, env, say=say)
+    result = target.submit(job, text, args.out, env, say=say)
     if args.json:
         print(json.dumps({"schema_version": 1, "target": job.target, "dry_run": False, "file": result.file,
                           "job_id": result.job_id, "follow": result.follow, "exit_code": result.exit_code,

@@ -14,12 +14,29 @@ import shlex
 
 from rubin.errors import UsageError
 from rubin.launch import node
-from rubin.launch.job import Job
+from rubin.launch.job import Job, Launched, check_run_dir, require_image
+from rubin.launch.submit import hand_over
 from rubin.launch.yamltext import dump, literal
 
+NAME = "azureml"
+EXTENSION = "yaml"
+CONTAINER = True
+SECRETS_FROM_SHELL = False
 SUBMIT = "az"
 INSTALL = "install the Azure CLI (https://learn.microsoft.com/cli/azure/install-azure-cli) and its ml extension (az extension add -n ml)"
 SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
+
+
+def check(job: Job, cfg, env: dict) -> None:
+    lc = job.launch
+    require_image(job)
+    if not lc.compute:
+        raise UsageError("launch.compute is missing: an Azure ML job runs on a compute cluster; set launch.compute=<cluster name>")
+    for name, ref in lc.secrets.items():
+        if not (ref and ref.key_vault):
+            raise UsageError(f"launch.secrets.{name} has no key_vault reference: Azure ML jobs read secrets from a Key Vault; "
+                             f"set launch.secrets.{name}.key_vault=VAULT/SECRET")
+    check_run_dir(job, env, container=CONTAINER)
 
 
 def render(job: Job) -> str:
@@ -70,6 +87,10 @@ def render(job: Job) -> str:
     if outputs:
         doc["outputs"] = outputs
     return dump(doc, f"# Written by `rubin launch azureml`: job {job.name!r}. Submit with: az ml job create -f <this file>")
+
+
+def submit(job: Job, text: str, out: str | None, env: dict, say=print) -> Launched:
+    return hand_over(job, text, out, env, extension=EXTENSION, argv=submit_argv, job_id=parse_job_id, follow=follow)
 
 
 def submit_argv(path: str, job: Job) -> list[str]:

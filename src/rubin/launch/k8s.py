@@ -13,12 +13,27 @@ from __future__ import annotations
 
 from rubin.errors import UsageError
 from rubin.launch import node
-from rubin.launch.job import Job
+from rubin.launch.job import Job, Launched, check_run_dir, require_image
+from rubin.launch.submit import hand_over
 from rubin.launch.yamltext import dump, literal
 
+NAME = "k8s"
+EXTENSION = "yaml"
+CONTAINER = True
+SECRETS_FROM_SHELL = False
 SUBMIT = "kubectl"
 INSTALL = "install kubectl (https://kubernetes.io/docs/tasks/tools/) and point it at the cluster (kubectl config use-context)"
 RETRYABLE_PREEMPTED = 143  # 128 + SIGTERM: retryable under the operator's ExitCode policy
+
+
+def check(job: Job, cfg, env: dict) -> None:
+    lc = job.launch
+    require_image(job)
+    for name, ref in lc.secrets.items():
+        if not (ref and ref.k8s):
+            raise UsageError(f"launch.secrets.{name} has no k8s reference: Kubernetes passes secrets by secretKeyRef; "
+                             f"set launch.secrets.{name}.k8s=SECRET/KEY (kubectl create secret generic SECRET --from-literal=KEY=...)")
+    check_run_dir(job, env, container=CONTAINER)
 
 
 def render(job: Job) -> str:
@@ -86,6 +101,10 @@ def render(job: Job) -> str:
         "spec": {"nprocPerNode": str(job.nproc), "runPolicy": run_policy, "pytorchReplicaSpecs": replicas},
     }
     return dump(doc, f"# Written by `rubin launch k8s`: job {job.name!r}. Submit with: kubectl apply -f <this file>")
+
+
+def submit(job: Job, text: str, out: str | None, env: dict, say=print) -> Launched:
+    return hand_over(job, text, out, env, extension=EXTENSION, argv=submit_argv, job_id=parse_job_id, follow=follow)
 
 
 def submit_argv(path: str, job: Job) -> list[str]:

@@ -16,11 +16,31 @@ import signal
 import subprocess
 import time
 
-from rubin.errors import ExitCode
-from rubin.launch.job import Job, shell_join
+from rubin.errors import ExitCode, UsageError
+from rubin.launch.job import Job, Launched, check_run_dir, shell_join
+from rubin.launch.submit import write
 
+NAME = "local"
+EXTENSION = "sh"
+CONTAINER = False
+SECRETS_FROM_SHELL = True
 SUBMIT = None  # runs torchrun itself
+INSTALL = ""  # torchrun comes with torch
 REFORM_WAIT_S = 5.0
+
+
+def on_this_machine(job: Job) -> bool:
+    """Whether every node's agent starts here (the default rendezvous host) rather than on other machines."""
+    return job.launch.rdzv_host in (None, "127.0.0.1", "localhost", "::1")
+
+
+def check(job: Job, cfg, env: dict) -> None:
+    from rubin.workloads.registry import check_arguments
+
+    # The ranks start here: a bad model or data argument is one line now, not one per rank.
+    check_arguments((cfg.model.name, cfg.model.import_, cfg.model.args), (cfg.data.name, cfg.data.import_, cfg.data.args))
+    if not on_this_machine(job):  # agents on one machine share its disk
+        check_run_dir(job, env, container=CONTAINER)
 
 
 def rdzv_endpoint(job: Job) -> str:
@@ -44,6 +64,34 @@ def render(job: Job) -> str:
     prefix = ("env " + shell_join(env, keep_vars=False) + " ") if env else ""
     command = f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={job.grace_s} {prefix}{shell_join(agent_argv(job), keep_vars=False)}"
     return "\n".join(head + lc.setup + [command]) + "\n"
+
+
+def submit(job: Job, text: str, out: str | None, env: dict, say=print) -> Launched:
+    """Run the job here: check this machine's GPUs, keep the script in OUT when given, start and supervise the agents."""
+    check_local_gpus(job)
+    if out:
+        write(out, text)
+    return Launched(job.target, text, out, exit_code=run(job, say=say), warnings=list(job.warnings))
+
+
+def check_local_gpus(job: Job) -> None:
+    """Agents started here share this machine's GPUs: it must have nodes x gpus_per_node of them (NVML)."""
+    lc = job.launch
+    if lc.accelerator != "gpu" or not on_this_machine(job):
+        return
+    from rubin.platform import nvml
+
+    handle = nvml.get()
+    try:
+        count = handle.device_count() if handle is not None else 0
+    except nvml.NvmlError:
+        count = 0
+    need = lc.nodes * lc.gpus_per_node
+    if count < need:
+        why = "" if handle is not None else f" (NVML: {nvml.load_error()[0] or 'not available'})"
+        raise UsageError(f"launch.gpus_per_node={lc.gpus_per_node} is not valid: {lc.nodes} node(s) x {lc.gpus_per_node} GPUs "
+                         f"on this machine need {need}, and it has {count}{why}; ask for fewer, "
+                         "or set launch.accelerator=cpu for CPU ranks")
 
 
 def run(job: Job, *, say=print) -> int:

@@ -12,12 +12,21 @@ from __future__ import annotations
 
 from rubin.errors import UsageError
 from rubin.launch import node
-from rubin.launch.job import Job
+from rubin.launch.job import Job, Launched, check_run_dir
+from rubin.launch.submit import hand_over
 from rubin.launch.yamltext import dump, literal
 
+NAME = "skypilot"
+EXTENSION = "yaml"
+CONTAINER = True
+SECRETS_FROM_SHELL = True
 SUBMIT = "sky"
 INSTALL = "install SkyPilot (pip install 'skypilot[aws]', or the extra for your cloud) and run sky check"
 BUCKETS = ("s3://", "gs://", "r2://", "az://", "https://", "cos://", "oci://")
+
+
+def check(job: Job, cfg, env: dict) -> None:
+    check_run_dir(job, env, container=CONTAINER)
 
 
 def render(job: Job) -> str:
@@ -68,6 +77,10 @@ def render(job: Job) -> str:
         doc["setup"] = literal("\n".join(lc.setup) + "\n")
     doc["run"] = literal(run)
     return dump(doc, f"# Written by `rubin launch skypilot`: job {job.name!r}. Submit with: sky jobs launch <this file>")
+
+
+def submit(job: Job, text: str, out: str | None, env: dict, say=print) -> Launched:
+    return hand_over(job, text, out, env, extension=EXTENSION, argv=submit_argv, job_id=parse_job_id, follow=follow)
 
 
 def submit_argv(path: str, job: Job) -> list[str]:

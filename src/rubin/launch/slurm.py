@@ -11,15 +11,36 @@ submitting shell's environment to the job.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 
-from rubin.launch.job import Job, shell_join
+from rubin.errors import UsageError
+from rubin.launch.job import Job, Launched, check_run_dir, shell_join
+from rubin.launch.partition import partition_limit
 from rubin.launch.spec import slurm_time
+from rubin.launch.submit import hand_over
 
+NAME = "slurm"
+EXTENSION = "sbatch"
+CONTAINER = False
+SECRETS_FROM_SHELL = True
 SUBMIT = "sbatch"
 INSTALL = "install Slurm's client commands (Debian/Ubuntu: apt-get install slurm-client) on a login node of the cluster"
 SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+
+
+def check(job: Job, cfg, env: dict) -> None:
+    lc = job.launch
+    cap, what = partition_limit(lc.partition, gpu=lc.accelerator == "gpu")
+    if cap == 0 and lc.accelerator == "gpu":  # "gpus_per_node <= 0" would be no advice at all
+        raise UsageError(f"launch.accelerator='gpu' is not valid here: {what} offers no GPUs (a CPU partition); "
+                         "set launch.accelerator=cpu to run CPU ranks there, or launch.partition=<a GPU partition> "
+                         "(sinfo -o '%P %G' lists each partition's GPUs)")
+    if cap is not None and lc.gpus_per_node > cap:
+        raise UsageError(f"launch.gpus_per_node={lc.gpus_per_node} is not valid: {what} offers {cap} per node; "
+                         f"set launch.gpus_per_node <= {cap} or pick another partition")
+    check_run_dir(job, env, container=CONTAINER)
 
 
 def render(job: Job) -> str:
@@ -96,6 +117,11 @@ def render(job: Job) -> str:
         "esac",
     ]
     return "\n".join(lines) + "\n"
+
+
+def submit(job: Job, text: str, out: str | None, env: dict, say=print) -> Launched:
+    os.makedirs(job.run_dir, exist_ok=True)  # sbatch --output needs the folder to exist
+    return hand_over(job, text, out, env, extension=EXTENSION, argv=submit_argv, job_id=parse_job_id, follow=follow)
 
 
 def submit_argv(path: str, job: Job) -> list[str]:
