@@ -209,7 +209,9 @@ class Cluster:
         env = []
         offset = h.faults().get("clock")
         if offset:
-            env = ["env", f"LD_PRELOAD={FAKETIME_LIB}", f"FAKETIME={offset}", "FAKETIME_DONT_FAKE_MONOTONIC=1", "FAKETIME_NO_CACHE=1"]
+            # A constant shift of every clock: time.sleep fails (EINVAL) in libfaketime 0.9.10 when monotonic
+            # clocks are left unfaked, and a constant offset on them changes no interval.
+            env = ["env", f"LD_PRELOAD={FAKETIME_LIB}", f"FAKETIME={offset}"]
         return ["nsenter", "-t", str(pid), "-n", "-m", "-u", "-p", f"--wd={cwd or os.getcwd()}", "--", *env, *argv]
 
     def run(self, host: str, argv: list[str], timeout: float = 60, **kw) -> subprocess.CompletedProcess:
@@ -375,7 +377,7 @@ def mtu_heal(c: Cluster, h: Host) -> None:
 
 
 def clock(c: Cluster, h: Host, arg: str | None) -> None:
-    """The host's wall clock, shifted for what starts on it from now on (libfaketime; monotonic clocks untouched)."""
+    """The host's wall clock, shifted for what starts on it from now on (libfaketime)."""
     if not arg or arg[0] not in "+-" or not arg[1:].rstrip("smhd").replace(".", "").isdigit():
         raise ClusterError(f"clock OFFSET={arg!r} is not valid: give a signed offset, e.g. +30s, -2m or +1h")
     if not Path(FAKETIME_LIB).exists():
@@ -384,19 +386,41 @@ def clock(c: Cluster, h: Host, arg: str | None) -> None:
 
 
 def hosts_entry(c: Cluster, h: Host, arg: str | None) -> None:
-    """A line in the host's /etc/hosts that replaces the lines for its names, e.g. '127.0.1.1 nodeB'."""
+    """A line in the host's /etc/hosts that replaces the lines for its names, e.g. '127.0.1.1 nodeB';
+    ADDRESS '-' removes them, so the names do not resolve there."""
     parts = (arg or "").split()
     if len(parts) < 2:
-        raise ClusterError(f"hosts-entry {arg!r} is not valid: give 'ADDRESS NAME...', e.g. '127.0.1.1 nodeB'")
+        raise ClusterError(f"hosts-entry {arg!r} is not valid: give 'ADDRESS NAME...', e.g. '127.0.1.1 nodeB' ('- nodeB' removes it)")
     names = set(parts[1:])
     kept = [ln for ln in (h.dir / "hosts").read_text().splitlines() if not names & set(ln.split()[1:])]
-    _overwrite(h.dir / "hosts", "\n".join(kept + [" ".join(parts)]) + "\n")
+    added = [" ".join(parts)] if parts[0] != "-" else []
+    _overwrite(h.dir / "hosts", "\n".join(kept + added) + "\n")
     _record(h, "hosts-entry", sorted(set(h.faults().get("hosts-entry", [])) | {" ".join(parts)}))
 
 
 def hosts_heal(c: Cluster, h: Host) -> None:
     _overwrite(h.dir / "hosts", c.hosts_file())
     _drop(h, "hosts-entry")
+
+
+def readonly(c: Cluster, h: Host, arg: str | None) -> None:
+    """PATH (a folder every host sees, e.g. the shared folder) read-only on this host only: a filesystem
+    mounted read-only there. A bind mount in the host's own mount namespace, so no other host sees it."""
+    if not arg or not Path(arg).is_dir():
+        raise ClusterError(f"readonly PATH={arg!r} is not valid: give a folder every host sees, e.g. the shared folder")
+    pid = h.init_pid
+    if pid is None:
+        raise ClusterError(f"host {h.name} is down: revive it first")
+    sh("nsenter", "-t", str(pid), "-m", "--", "mount", "--bind", arg, arg)
+    sh("nsenter", "-t", str(pid), "-m", "--", "mount", "-o", "remount,bind,ro", arg)
+    _record(h, "readonly", sorted(set(h.faults().get("readonly", [])) | {arg}))
+
+
+def readonly_heal(c: Cluster, h: Host) -> None:
+    pid = h.init_pid
+    for path in h.faults().get("readonly", []) if pid else []:
+        sh("nsenter", "-t", str(pid), "-m", "--", "umount", path, check=False)
+    _drop(h, "readonly")
 
 
 FAULTS = {f.name: f for f in (
@@ -410,7 +434,9 @@ FAULTS = {f.name: f for f in (
     Fault("mtu", "MTU", "set HOST's interface MTU (the fabric stays at 1500)", mtu, mtu_heal),
     Fault("clock", "OFFSET", "shift HOST's wall clock for what starts on it from now on, e.g. +30s", clock,
           lambda c, h: _drop(h, "clock")),
-    Fault("hosts-entry", "'ADDR NAME'", "a bad /etc/hosts line on HOST, e.g. '127.0.1.1 nodeB'", hosts_entry, hosts_heal),
+    Fault("hosts-entry", "'ADDR NAME'", "a bad /etc/hosts line on HOST, e.g. '127.0.1.1 nodeB' ('- nodeB': no line)",
+          hosts_entry, hosts_heal),
+    Fault("readonly", "PATH", "PATH read-only on HOST only (a filesystem mounted read-only there)", readonly, readonly_heal),
 )}
 
 

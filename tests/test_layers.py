@@ -28,6 +28,7 @@ PRINT_EXCEPTIONS = {
     "rubin.platform.probe_software": "a script run in a child interpreter; its RUBIN-TORCH-PROBE line is the result",
     "rubin.platform.nvml_record": "`python -m rubin.platform.nvml_record`: prints the recording",
     "rubin.launch.keyvault": "`python -m rubin.launch.keyvault` inside a job: prints one secret for the shell",
+    "rubin.launch.agent": "`python -m rubin.launch.agent` on each node of a job: its lines are the node's log",
     "rubin.launch.status": "`python -m rubin.launch.status` inside a job: prints how the attempt ended",
 }
 

@@ -15,7 +15,7 @@ class ExitCode(IntEnum):
     FAILURE = 1  # the command ran and failed (training diverged, a benchmark failed, ...)
     USAGE = 2  # bad arguments or config; nothing was touched
     PROBLEMS = 3  # doctor found errors / compare found a failing rule
-    PREEMPTED = 75  # stopped on a signal after a committed checkpoint (EX_TEMPFAIL: requeue me)
+    PREEMPTED = 75  # stopped and resumable: a signal after a committed checkpoint, or a lost peer (EX_TEMPFAIL: requeue me)
     INTERRUPTED = 130  # Ctrl-C without a checkpoint
 
 
@@ -162,11 +162,36 @@ def _no_duplicate_pairs(pairs):
     return out
 
 
+def yaml_loader():
+    """``yaml.SafeLoader`` without YAML 1.1's base-60 integers: ``nodes: 2:4`` is the text "2:4", not 124
+    (YAML 1.2 dropped them too)."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    int_tag = "tag:yaml.org,2002:int"
+    Loader.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag != int_tag]
+                                      for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    Loader.add_implicit_resolver(int_tag, re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+                                 list("-+0123456789"))
+    return Loader
+
+
+def safe_yaml(text: str):
+    """``yaml.safe_load`` with ``yaml_loader``'s rules."""
+    import yaml
+
+    return yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a SafeLoader subclass
+
+
 def load_yaml_text(text: str, where: str = "YAML", hint: str = ""):
     """``yaml.safe_load`` that refuses duplicate keys, with errors as one line naming ``where``."""
     import yaml
 
-    class StrictLoader(yaml.SafeLoader):
+    class StrictLoader(yaml_loader()):
         pass
 
     def construct_mapping(loader, node, deep=False):

@@ -46,6 +46,7 @@ EVENT_KINDS = (
     "checkpoint_invalid",
     "checkpoint_quarantined",
     "resume",
+    "world_size_changed",
     "preempted",
     "nan",
     "rollback",

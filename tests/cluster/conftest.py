@@ -18,3 +18,18 @@ def cluster_of():
     for c in made:
         c.down()
         assert not leftovers(c), f"cluster {c.name} left behind: {leftovers(c)}"
+
+
+@pytest.fixture(scope="module")
+def module_cluster_of():
+    """Like ``cluster_of``, for clusters a whole test module shares."""
+    made = []
+
+    def up(n: int):
+        c = make(n)
+        made.append(c)
+        return c
+
+    yield up
+    for c in made:
+        c.down()

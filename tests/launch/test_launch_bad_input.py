@@ -35,7 +35,16 @@ def test_unknown_target(tmp_path, cfg):
 
 
 def test_zero_nodes(tmp_path, cfg):
-    assert_refused(tmp_path, ["slurm", cfg, "--dry-run", "--nodes", "0"], "launch.nodes=0", "greater than or equal to 1")
+    assert_refused(tmp_path, ["slurm", cfg, "--dry-run", "--nodes", "0"], "launch.nodes=0", "at least 1 node")
+
+
+def test_min_nodes_above_max(tmp_path, cfg):
+    assert_refused(tmp_path, ["slurm", cfg, "--dry-run", "--set", "launch.nodes=3:2"], "launch.nodes='3:2'", "MIN 3 is above MAX 2")
+
+
+def test_elastic_nodes_on_a_fixed_target(tmp_path, cfg):
+    assert_refused(tmp_path, ["k8s", cfg, "--dry-run", "--set", "launch.nodes=1:2", "--set", "launch.image=x:1"],
+                   "launch.nodes='1:2' is not valid for k8s", "use the local or slurm target")
 
 
 def test_unknown_launch_key_suggests(tmp_path, cfg):

@@ -31,7 +31,11 @@ def _dry(tmp_path, target, *extra, grace=20.0):
 
 
 def _torchrun_words(text: str) -> list[str]:
-    line = next(ln for ln in text.splitlines() if "torch.distributed.run" in ln)
+    """torchrun's arguments, whether a node runs torchrun itself or rubin's agent around it (after its --)."""
+    line = next(ln for ln in text.splitlines() if "torch.distributed.run" in ln or "rubin.launch.agent" in ln)
+    if "rubin.launch.agent" in line:
+        words = shlex.split(line.split("rubin.launch.agent", 1)[1].split("&")[0])
+        return words[words.index("--") + 1:]
     return shlex.split(line.split("torch.distributed.run", 1)[1].split("&")[0])
 
 
@@ -58,7 +62,11 @@ def test_slurm_preemption_wiring(tmp_path):
     # The requeue decision comes from summary.json (via rubin.launch.status), never from torchrun's exit code.
     assert "rubin.launch.status" in text and 'scontrol requeue "$SLURM_JOB_ID"' in text
     case = text[text.index('case "$STATUS"'):]
-    assert case.index("preempted)") < case.index("scontrol requeue")
+    assert case.index("preempted|retry)") < case.index("scontrol requeue")  # a lost peer requeues like a preemption
+    # Several nodes: each runs rubin's agent (node checks, rejoin), without torch's shared store (a replacement rejoins).
+    srun = next(ln for ln in text.splitlines() if ln.startswith("srun "))
+    assert "-m rubin.launch.agent --run-dir /shared/runs/r1" in srun and "--set faults.hang_timeout_s=300" in srun
+    assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in text
 
 
 def test_k8s_pytorchjob(tmp_path):
@@ -75,7 +83,7 @@ def test_k8s_pytorchjob(tmp_path):
         assert c["name"] == "pytorch" and c["resources"]["limits"]["nvidia.com/gpu"] == 4
         script = c["command"][2]
         # ExitCode treats 1-127 as permanent: a rubin preemption must leave the pod as a retryable code.
-        assert "preempted) exit 143" in script
+        assert "preempted|retry) exit 143" in script and "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in script
         assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in c["env"]
     assert doc["spec"]["runPolicy"]["backoffLimit"] == 3
 

@@ -14,7 +14,7 @@ import shlex
 
 from rubin.errors import UsageError
 from rubin.launch import node
-from rubin.launch.job import Job, Launched, check_run_dir, require_image
+from rubin.launch.job import Job, Launched, check_run_dir, refuse_elastic, require_image
 from rubin.launch.submit import hand_over
 from rubin.launch.yamltext import dump, literal
 
@@ -28,6 +28,7 @@ SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 
 
 def check(job: Job, cfg, env: dict) -> None:
+    refuse_elastic(job)
     lc = job.launch
     require_image(job)
     if not lc.compute:

@@ -16,6 +16,9 @@ from pathlib import PurePosixPath
 from rubin.errors import UsageError
 from rubin.launch.spec import LaunchConfig
 
+# torch's shared rendezvous store caches round 0's bootstrap address, so a replacement node's agent waits
+# forever for the next round's (docs/faults.md, "Losing a node"): every job file turns the sharing off.
+SHARED_STORE_OFF = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
 # Paths that live on one machine's own disk (or memory): a restarted or second node never sees them.
 NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/scratch/local", "/local", "/mnt/local", "/localscratch", "/mnt/resource")
 
@@ -45,13 +48,25 @@ class Job:
 
     def torchrun(self, *, endpoint: str, rdzv_id: str, nnodes: str | None = None, extra: tuple = ()) -> list[str]:
         """The torchrun command every node runs: c10d rendezvous, max restarts, then rubin train."""
+        return [self.launch.python, "-m", "torch.distributed.run",
+                *self.torchrun_args(endpoint=endpoint, rdzv_id=rdzv_id, nnodes=nnodes, extra=extra)]
+
+    def torchrun_args(self, *, endpoint: str, rdzv_id: str, nnodes: str | None = None, extra: tuple = ()) -> list[str]:
         lc = self.launch
+        conf = [f"join_timeout={lc.rdzv_join_timeout_s}"] if lc.rdzv_join_timeout_s else []
+        conf += [f"last_call_timeout={lc.rdzv_last_call_s}"] if lc.rdzv_last_call_s else []
         return [
-            lc.python, "-m", "torch.distributed.run",
-            f"--nnodes={nnodes or lc.nodes}", f"--nproc-per-node={self.nproc}",
+            f"--nnodes={nnodes or lc.nnodes}", f"--nproc-per-node={self.nproc}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
+            *([f"--rdzv-conf={','.join(conf)}"] if conf else []),
             f"--max-restarts={lc.max_restarts}", *extra, *self.train_args(),
         ]
+
+    def agent(self, *, endpoint: str, rdzv_id: str, extra: tuple = ()) -> list[str]:
+        """What every node of a multi-host job runs: rubin's agent (``launch/agent.py``) around torchrun."""
+        lc = self.launch
+        return [lc.python, "-m", "rubin.launch.agent", "--run-dir", self.run_dir, f"--rejoin-s={lc.rejoin_timeout_s}",
+                f"--rejoins={lc.max_restarts}", "--", *self.torchrun_args(endpoint=endpoint, rdzv_id=rdzv_id, extra=extra)]
 
 
 @dataclass
@@ -117,3 +132,12 @@ def require_image(job: Job) -> None:
     if not job.launch.image:
         raise UsageError(f"launch.image is missing: {job.target} runs a container image; set launch.image to an image with rubin "
                          "and torch, e.g. --set launch.image=ghcr.io/you/train:1.0")
+
+
+def refuse_elastic(job: Job) -> None:
+    """Targets that run a fixed number of machines refuse launch.nodes MIN:MAX in one line."""
+    lc = job.launch
+    if lc.elastic:
+        raise UsageError(f"launch.nodes={lc.nnodes!r} is not valid for {job.target}: it runs a fixed number of machines (a lost one "
+                         f"is replaced, and the job resumes from its last checkpoint); set launch.nodes={lc.nodes}, or use the "
+                         "local or slurm target for an elastic job")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from rubin.errors import UsageError
 from rubin.launch import node
-from rubin.launch.job import Job, Launched, check_run_dir, require_image
+from rubin.launch.job import Job, Launched, check_run_dir, refuse_elastic, require_image
 from rubin.launch.submit import hand_over
 from rubin.launch.yamltext import dump, literal
 
@@ -27,6 +27,7 @@ RETRYABLE_PREEMPTED = 143  # 128 + SIGTERM: retryable under the operator's ExitC
 
 
 def check(job: Job, cfg, env: dict) -> None:
+    refuse_elastic(job)
     lc = job.launch
     require_image(job)
     for name, ref in lc.secrets.items():

@@ -17,7 +17,7 @@ import subprocess
 import time
 
 from rubin.errors import ExitCode, UsageError
-from rubin.launch.job import Job, Launched, check_run_dir, shell_join
+from rubin.launch.job import SHARED_STORE_OFF, Job, Launched, check_run_dir, shell_join
 from rubin.launch.submit import write
 
 NAME = "local"
@@ -48,7 +48,11 @@ def rdzv_endpoint(job: Job) -> str:
 
 
 def agent_argv(job: Job) -> list[str]:
-    return job.torchrun(endpoint=rdzv_endpoint(job), rdzv_id=job.name)
+    """What each node runs: torchrun itself when every agent starts here (this module supervises them), rubin's
+    agent around it when the nodes are other machines (``agent.py``: checks, rejoining a lost rendezvous)."""
+    if on_this_machine(job) or job.launch.nodes == 1:
+        return job.torchrun(endpoint=rdzv_endpoint(job), rdzv_id=job.name)
+    return job.agent(endpoint=rdzv_endpoint(job), rdzv_id=job.name)
 
 
 def render(job: Job) -> str:
@@ -62,7 +66,8 @@ def render(job: Job) -> str:
     if lc.secrets:
         head.append(f"# secrets {', '.join(lc.secrets)}: taken from the environment of the shell that runs it")
     prefix = ("env " + shell_join(env, keep_vars=False) + " ") if env else ""
-    command = f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={job.grace_s} {prefix}{shell_join(agent_argv(job), keep_vars=False)}"
+    command = (f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={job.grace_s} {SHARED_STORE_OFF} {prefix}"
+               f"{shell_join(agent_argv(job), keep_vars=False)}")
     return "\n".join(head + lc.setup + [command]) + "\n"
 
 
@@ -99,7 +104,7 @@ def run(job: Job, *, say=print) -> int:
     from rubin.launch.status import attempt_status
 
     os.makedirs(job.run_dir, exist_ok=True)
-    env = dict(os.environ, **job.launch.env, TORCH_ELASTIC_SHUTDOWN_TIMEOUT=str(job.grace_s))
+    env = dict(os.environ, **job.launch.env, TORCH_ELASTIC_SHUTDOWN_TIMEOUT=str(job.grace_s), TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     env.setdefault("OMP_NUM_THREADS", "1")
     start = time.time()
     nodes = _Nodes(job, env, say)

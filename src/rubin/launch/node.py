@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 
-from rubin.launch.job import Job, shell_join
+from rubin.launch.job import SHARED_STORE_OFF, Job, shell_join
 
 
 def script(job: Job, torchrun: list[str], *, preempted_exit: int = 75, exports: dict | None = None,
@@ -23,6 +23,7 @@ def script(job: Job, torchrun: list[str], *, preempted_exit: int = 75, exports: 
     lines += job.launch.setup if with_setup else []
     lines += [
         f"export TORCH_ELASTIC_SHUTDOWN_TIMEOUT={job.grace_s}",
+        f"export {SHARED_STORE_OFF}  # a restarted pod or node can rejoin the job (docs/faults.md)",
         "START=$(date +%s)",
         f"{shell_join(torchrun)} &",
         "PID=$!",
@@ -33,7 +34,7 @@ def script(job: Job, torchrun: list[str], *, preempted_exit: int = 75, exports: 
         'echo "rubin-launch: torchrun exited $rc; this attempt of the run: $STATUS"',
         'case "$STATUS" in',
         "  completed) exit 0 ;;",
-        f"  preempted) exit {preempted_exit} ;;",
+        f"  preempted|retry) exit {preempted_exit} ;;",
         '  *) [ "$rc" -ne 0 ] && exit "$rc"; exit 1 ;;',
         "esac",
     ]

@@ -40,6 +40,8 @@ def resolve(target: str, config: str, sets: list[str] | None = None, launch_file
             raise UsageError(f"--set {item.split('=', 1)[0]}=<redacted> holds what looks like a credential, and --set values are "
                              "written into the job file: put it in the environment and list its name under launch.secrets")
 
+    if lc.nodes > 1 and cfg.faults.hang_timeout_s is None:  # a silent partition ends in minutes, not the group timeout
+        train_sets.append(f"faults.hang_timeout_s={lc.hang_timeout_s:g}")
     pg = cfg.checkpoint.preemption_grace_s
     grace = lc.grace_s if lc.grace_s is not None else math.ceil(pg) + MARGIN_S
     if grace < pg:

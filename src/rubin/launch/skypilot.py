@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from rubin.errors import UsageError
 from rubin.launch import node
-from rubin.launch.job import Job, Launched, check_run_dir
+from rubin.launch.job import Job, Launched, check_run_dir, refuse_elastic
 from rubin.launch.submit import hand_over
 from rubin.launch.yamltext import dump, literal
 
@@ -26,6 +26,7 @@ BUCKETS = ("s3://", "gs://", "r2://", "az://", "https://", "cos://", "oci://")
 
 
 def check(job: Job, cfg, env: dict) -> None:
+    refuse_elastic(job)
     check_run_dir(job, env, container=CONTAINER)
 
 

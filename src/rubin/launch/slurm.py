@@ -16,7 +16,7 @@ import re
 import shlex
 
 from rubin.errors import UsageError
-from rubin.launch.job import Job, Launched, check_run_dir, shell_join
+from rubin.launch.job import SHARED_STORE_OFF, Job, Launched, check_run_dir, shell_join
 from rubin.launch.partition import partition_limit
 from rubin.launch.spec import slurm_time
 from rubin.launch.submit import hand_over
@@ -51,7 +51,7 @@ def render(job: Job) -> str:
         f"# Written by `rubin launch slurm`: job {job.name!r}. Submit with: sbatch <this file>",
         "# (the run dir must exist first: Slurm writes the job's log there; rubin launch creates it)",
         f"#SBATCH --job-name={job.name}",
-        f"#SBATCH --nodes={lc.nodes}",
+        f"#SBATCH --nodes={lc.nnodes.replace(':', '-')}",
         "#SBATCH --ntasks-per-node=1",
     ]
     if lc.accelerator == "gpu":
@@ -84,14 +84,17 @@ def render(job: Job) -> str:
     if lc.secrets:
         lines.append(f"# secrets {', '.join(lc.secrets)}: exported by sbatch from the submitting shell, never written here")
     lines += lc.setup
-    torchrun = job.torchrun(endpoint="$HEAD:" + str(lc.rdzv_port), rdzv_id="$SLURM_JOB_ID",
-                            extra=(f"--signals-to-handle={SIGNALS}",))
+    how = dict(endpoint="$HEAD:" + str(lc.rdzv_port), rdzv_id="$SLURM_JOB_ID", extra=(f"--signals-to-handle={SIGNALS}",))
+    # Several nodes: rubin's agent around torchrun on each (node checks; a node that lost the rendezvous rejoins).
+    torchrun = job.agent(**how) if lc.nodes > 1 else job.torchrun(**how)
     lines += [
         "",
         "# The rendezvous runs on the first node; every node's agent finds it there.",
         'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
         "# torchrun waits this long for the ranks' emergency save before it kills them.",
         f"export TORCH_ELASTIC_SHUTDOWN_TIMEOUT={job.grace_s}",
+        "# A replacement node's agent can rejoin only without torch's shared rendezvous store (docs/faults.md).",
+        f"export {SHARED_STORE_OFF}",
         "START=$(date +%s)",
         f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 {shell_join(torchrun)} &",
         "SRUN=$!",
@@ -105,13 +108,13 @@ def render(job: Job) -> str:
         'echo "rubin-launch: torchrun exited $rc; this attempt of the run: $STATUS"',
         'case "$STATUS" in',
         "  completed) exit 0 ;;",
-        "  preempted)",
+        "  preempted|retry)",
         f'    if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {lc.max_restarts} ]; then',
         '      echo "rubin-launch: requeueing job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0})"',
         '      scontrol requeue "$SLURM_JOB_ID"',
         "      exit 0",
         "    fi",
-        f'    echo "rubin-launch: preempted again after {lc.max_restarts} requeues; not requeueing"',
+        f'    echo "rubin-launch: stopped again after {lc.max_restarts} requeues; not requeueing"',
         "    exit 75 ;;",
         '  *) [ "$rc" -ne 0 ] && exit "$rc"; exit 1 ;;',
         "esac",

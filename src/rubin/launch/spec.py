@@ -72,7 +72,9 @@ class Mount(_Section):
 
 class LaunchConfig(_Section):
     name: Optional[str] = Field(None, description="job name (default: run.name)")
-    nodes: int = Field(1, ge=1, description="machines; every node runs one torchrun agent")
+    nodes: int = Field(1, description="machines; every node runs one torchrun agent. MIN:MAX (e.g. 2:4, local and slurm): "
+                                      "an elastic job that goes on with fewer nodes after a loss, down to MIN")
+    min_nodes: Optional[int] = Field(None, description="set from nodes: MIN:MAX (default: nodes)")
     gpus_per_node: int = Field(1, ge=1, description="ranks per node: one per GPU (or CPU processes with accelerator=cpu)")
     accelerator: Literal["gpu", "cpu"] = Field("gpu", description="gpu: request GPUs; cpu: ranks are CPU processes (tests, smoke runs)")
     gpu_type: Optional[str] = Field(None, description="GPU model to request, e.g. H100 (Slurm gres type, SkyPilot accelerator, "
@@ -100,6 +102,14 @@ class LaunchConfig(_Section):
     rdzv_port: int = Field(29400, ge=1, le=65535, description="port of the c10d rendezvous on the first node")
     rdzv_host: Optional[str] = Field(None, description="local target: host of the rendezvous (default 127.0.0.1: every agent on "
                                                        "this machine)")
+    rdzv_join_timeout_s: Optional[int] = Field(None, gt=0, description="how long a rendezvous round waits for the nodes to join "
+                                                                       "(torch's default: 600)")
+    rdzv_last_call_s: Optional[int] = Field(None, gt=0, description="with nodes MIN:MAX, how long a round that has MIN nodes waits "
+                                                                    "for more (torch's default: 30)")
+    rejoin_timeout_s: int = Field(600, gt=0, description="multi-host: how long a node whose rendezvous host went away waits for it "
+                                                         "to come back, then rejoins the re-formed job")
+    hang_timeout_s: float = Field(300, gt=0, description="multi-host: faults.hang_timeout_s when the config sets none, so a silent "
+                                                         "partition ends in this time, not the process group's timeout")
     run_dir: Optional[str] = Field(None, description="the run dir inside the job, on storage every node and restart sees "
                                                      "(default: run.dir)")
     mounts: list[Mount] = Field(default_factory=list, description="data and run-dir mounts")
@@ -151,6 +161,38 @@ class LaunchConfig(_Section):
                 raise ValueError(f"launch.mounts[{i}].source holds a credential (a SAS signature or key): mount by a datastore or "
                                  "bucket name and let the platform's identity authorize it")
         return mounts
+
+    @model_validator(mode="before")
+    @classmethod
+    def _node_range(cls, data):
+        nodes = data.get("nodes") if isinstance(data, dict) else None
+        if isinstance(nodes, str) and ":" in nodes:
+            lo, _, hi = nodes.partition(":")
+            if not (lo.strip().isdigit() and hi.strip().isdigit()):
+                raise ValueError(f"launch.nodes={nodes!r} is not valid: allowed are a count (2) or MIN:MAX (2:4)")
+            if int(lo) > int(hi):
+                raise ValueError(f"launch.nodes={nodes!r} is not valid: MIN {int(lo)} is above MAX {int(hi)}; write MIN:MAX, e.g. "
+                                 f"{hi.strip()}:{lo.strip()}")
+            data = {**data, "nodes": int(hi), "min_nodes": int(lo)}
+        return data
+
+    @field_validator("nodes", "min_nodes")
+    @classmethod
+    def _at_least_one(cls, v):
+        if v is not None and v < 1:
+            raise ValueError(f"launch.nodes={v} is not valid: a job needs at least 1 node; set launch.nodes=1 or more (MIN:MAX "
+                             "for an elastic job)")
+        return v
+
+    @property
+    def nnodes(self) -> str:
+        """torchrun's --nnodes: N, or MIN:MAX."""
+        lo = self.min_nodes or self.nodes
+        return str(self.nodes) if lo == self.nodes else f"{lo}:{self.nodes}"
+
+    @property
+    def elastic(self) -> bool:
+        return (self.min_nodes or self.nodes) < self.nodes
 
     @model_validator(mode="after")
     def _rdzv_host(self):

@@ -3,7 +3,9 @@
 Job scripts call it after torchrun exits, because torchrun's exit code cannot tell a preemption from
 a failure: after it forwards a signal it exits 1 even when every rank saved and exited 75. The
 run's ``summary.json`` can. A summary older than ``--since`` (the attempt's start) belongs to an
-earlier attempt and does not count: that prints ``none``, as does a missing or unreadable one.
+earlier attempt and does not count: that prints ``none``, as does a missing or unreadable one. A run
+that stopped because a peer went away (``retry`` in its summary) prints ``retry``: like a preemption,
+a rerun resumes it from the last committed checkpoint.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ def attempt_status(run_dir: str | Path, since: float | None = None) -> str:
     try:
         if since is not None and path.stat().st_mtime < since - 1:  # 1 s: mtime granularity
             return "none"
-        status = json.loads(path.read_text()).get("status")
+        summary = json.loads(path.read_text())
+        status = summary.get("status")
     except (OSError, ValueError, AttributeError):
         return "none"
+    if status == "failed" and summary.get("retry") is True:  # stopped by a lost peer: a retry resumes
+        return "retry"
     return status if isinstance(status, str) and status.isidentifier() else "none"
 
 

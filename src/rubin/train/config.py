@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rubin.errors import UsageError, load_mapping, validation_error
+from rubin.errors import UsageError, load_mapping, safe_yaml, validation_error
 
 
 class _Section(BaseModel):
@@ -211,7 +211,7 @@ def _set_override(data: dict, item: str) -> None:
     if not all(parts):
         raise UsageError(f"--set {item!r} is not valid: expected section.key=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = safe_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     node = data

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import datetime
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rubin.errors import bad_value
 from rubin.platform import device as dev
 from rubin.platform import launcher, process_group
+from rubin.train.hosts import Hosts, check_clocks, exchange, socket_interfaces
 
 
 @dataclass
@@ -24,6 +25,8 @@ class DistInfo:
     backend: str | None = None
     initialized: bool = False
     determinism: dict | None = None  # what run.deterministic pinned (env.json records it)
+    hosts: Hosts | None = None  # which rank runs on which host (set once the group forms)
+    notes: list[str] = field(default_factory=list)  # what setup chose for the user, to show as warnings
 
     @property
     def is_main(self) -> bool:
@@ -60,6 +63,7 @@ def setup(cfg, info: DistInfo, *, group: bool) -> DistInfo:
         if "MASTER_ADDR" not in os.environ:
             os.environ.setdefault("MASTER_ADDR", os.environ.get("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"))
             os.environ.setdefault("MASTER_PORT", "29500")
+        info.notes += socket_interfaces(backend)
         timeout = datetime.timedelta(seconds=cfg.distributed.timeout_s)
         dist.init_process_group(
             backend,
@@ -70,27 +74,31 @@ def setup(cfg, info: DistInfo, *, group: bool) -> DistInfo:
             device_id=info.device if info.device.type == "cuda" else None,
         )
         info.initialized = True
+    if info.initialized and info.world_size > 1:
+        info.hosts = exchange(info.world_size)
+        info.notes += check_clocks(info.hosts)
     return info
 
 
 def _elastic_store(info: DistInfo, timeout):
-    """Under torchrun, a store whose keys are private to this restart attempt; None elsewhere (env://).
+    """Under torchrun with its agent's shared store, a store whose keys are private to this restart attempt;
+    None elsewhere (env://).
 
-    torchrun keeps its agent's TCPStore across elastic restarts, and the process group's keys
-    (each rank's gloo/NCCL address) have the same names in every attempt. A re-formed group could
-    then read a dead rank's address from the failed attempt: 'Connection refused', or a hang in
-    init. A prefix per attempt keeps the attempts apart.
+    By default torchrun keeps its agent's TCPStore across elastic restarts, and the process group's keys
+    (each rank's gloo/NCCL address) have the same names in every attempt. A re-formed group could then
+    read a dead rank's address from the failed attempt: 'Connection refused', or a hang in init. A prefix
+    per attempt keeps the attempts apart. That only holds while every agent restarts together (one host):
+    a replacement node's agent counts its attempts from 0. So ``rubin launch`` turns the shared store off
+    (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, which a replacement needs anyway, see docs/faults.md): each
+    rendezvous round then gets a new store on a new port, with no keys from an earlier attempt.
     """
-    if "TORCHELASTIC_RESTART_COUNT" not in os.environ or "MASTER_ADDR" not in os.environ:
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "MASTER_ADDR" not in os.environ:
         return None
     import torch.distributed as dist
 
-    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.world_size,
-        is_master=not agent_store and info.rank == 0, timeout=timeout,
-    )
-    return dist.PrefixStore(f"rubin/attempt-{os.environ['TORCHELASTIC_RESTART_COUNT']}", store)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.world_size,
+                          is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"rubin/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def check_precision(precision: str, device) -> None:

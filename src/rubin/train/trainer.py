@@ -26,6 +26,7 @@ from rubin.train.data import GlobalBatchSampler, StepBatches, eval_loader, plan_
 from rubin.train.faults import PreemptionHandler, fault_point
 from rubin.train.faults.policy import FaultPolicy, StepFlags
 from rubin.train.gcpolicy import GcPolicy
+from rubin.train.hosts import PeerLost, lost_peer
 from rubin.train.observe import profiling
 from rubin.train.observe.console import Console
 from rubin.train.observe.sinks import build_sinks
@@ -61,11 +62,14 @@ def train(cfg, *, force: bool = False, resume: bool = True, console: Console | N
         raise
     except Exception as err:
         first_step = trainer is not None and trainer.loop.step == trainer.start_step
-        blamed = build.blame(cfg, err, first_step=first_step)  # the user's code failed: their error, exit 2
+        failure = build.blame(cfg, err, first_step=first_step)  # the user's code failed: their error, exit 2
         if trainer is not None:
-            trainer.record_failure(blamed or err)
-        if blamed is not None:
-            raise blamed from err
+            failure = trainer.record_failure(failure or err)
+        failure = failure if failure is not err else None
+        if failure is None and trainer is None:  # a peer lost before the run started
+            failure = lost_peer(err, info.hosts, info.rank, 0, None)
+        if failure is not None:
+            raise failure from err
         raise
     finally:
         if trainer is not None:
@@ -120,6 +124,10 @@ class Trainer:
         if info.determinism and info.is_main:
             self.env["determinism"] = info.determinism
         self.run.write_env(self.env)
+        for note in info.notes:  # what setup chose on this node's behalf (a socket interface) or found (a clock)
+            self.run.event("warning", message=note)
+            if info.local_rank == 0:  # each node says what it chose, whichever rank is the main one
+                self.console.warn(note)
         name = self.strategy_name
         # before wrapping: counted on meta copies
         self.flops = obtain_flops(model, self.data_info, train_ds, self.plan.micro_batch, self.task)
@@ -178,18 +186,24 @@ class Trainer:
     def loop(self):
         return self.state.loop  # a rollback replaces it
 
-    def record_failure(self, err: BaseException) -> None:
+    def record_failure(self, err: BaseException) -> BaseException:
         """A run that fails mid-way still says so: summary.json with status failed, and an end event.
-        An async save in flight commits first (``Checkpointer.settle``)."""
-        if getattr(self, "ckpt", None) is not None:
-            self.ckpt.settle()
+        An async save in flight commits first (``Checkpointer.settle``). A peer that went away becomes
+        ``PeerLost`` (one line, exit 75, ``retry`` in the summary), which is returned to be raised."""
+        ckpt = getattr(self, "ckpt", None)
+        if ckpt is not None:
+            ckpt.settle()
+        err = lost_peer(err, self.info.hosts, self.info.rank, self.loop.step, ckpt and ckpt.last_step) or err
         with contextlib.suppress(Exception):  # reporting the failure must not hide it
             error = str(err) if isinstance(err, RubinError) else f"{type(err).__name__}: {err}"
+            retry = {"retry": True} if isinstance(err, PeerLost) else {}
             self.run.write_summary({
-                "status": "failed", "exit_reason": "error", "error": error.splitlines()[0] if error else "",
+                "status": "failed", "exit_reason": getattr(err, "exit_reason", "error"), **retry,
+                "error": error.splitlines()[0] if error else "",
                 "steps": self.loop.step, "final_loss": self.last_loss, "world_size": self.info.world_size,
                 "run_dir": str(self.run.path), "wall_s": time.time() - self.t_start, **self.flops.as_dict()})
             self.run.event("end", status="failed", step=self.loop.step, reason=error)
+        return err
 
     def _warn(self, message: str) -> None:  # an event and a console line: never silent
         if self.run is not None:

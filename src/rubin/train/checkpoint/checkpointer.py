@@ -41,9 +41,11 @@ from rubin.errors import RubinError
 from rubin.platform import device as dev
 from rubin.train import distributed
 from rubin.train.checkpoint.background import AsyncCheckpointer
+from rubin.train.checkpoint.manifest import read as read_manifest
 from rubin.train.checkpoint.manifest import save_file
 from rubin.train.checkpoint.safe_load import load_file
 from rubin.train.checkpoint.store import CheckpointStore
+from rubin.train.data import plan_batches
 
 
 @dataclass
@@ -240,7 +242,22 @@ class Checkpointer:
         if announce:
             self.run.event("resume", step=step, epoch=st.loop.epoch, sample_in_epoch=st.loop.sample_in_epoch)
             self.say(f"resuming from step {step} (checkpoint {path}), verified")
+            self._world_changed(path, step)
         return step
+
+    def _world_changed(self, path: Path, step: int) -> None:
+        """Say so when the job resumes at another world size (a node lost under nodes MIN:MAX, or added):
+        what stays the same is what makes it safe (the data plan refused it already where it is not)."""
+        saved = (read_manifest(path) or {}).get("world_size")
+        now = self.info.world_size
+        if not isinstance(saved, int) or saved == now:
+            return
+        p = plan_batches(self.cfg.data.batch_size, self.cfg.data.micro_batch_size, now)
+        line = (f"world size {saved} -> {now} at step {step}: global batch {p.global_batch} kept as {now} rank(s) x {p.accum_steps} "
+                f"micro-batch(es) x {p.micro_batch}; the same samples each step, the same learning rate")
+        self.run.event("world_size_changed", step=step, saved=saved, now=now, global_batch=p.global_batch,
+                       accum_steps=p.accum_steps, micro_batch=p.micro_batch)
+        self.say(line)
 
     def roll_back(self, bad_step: int, window: list) -> int:
         """nan_policy=rollback: load the newest checkpoint and mark the data WINDOW of BAD_STEP to be skipped."""

@@ -67,6 +67,7 @@ class Heartbeat:
         self.step_changed_at = time.monotonic()  # monotonic: what the local watchdog measures
         self.beat_at = self.step_changed_at  # turned into wall time (comparable across ranks) only when written
         self.phase_changed_at = self.step_changed_at
+        self.probe: list | None = None  # [address, port] peers try when their watchdog fires (watchdog._Probe)
         self._lock = threading.Lock()
 
     def beat(self, step: int, phase: str) -> None:
@@ -82,7 +83,7 @@ class Heartbeat:
     def state(self) -> dict:
         wall = time.time()
         return {"rank": self.rank, "pid": os.getpid(), "step": self.step, "phase": self.phase,
-                "beat_time": wall - (time.monotonic() - self.beat_at), "written_time": wall}
+                "beat_time": wall - (time.monotonic() - self.beat_at), "written_time": wall, "probe": self.probe}
 
     def flush(self) -> None:
         """Rewrite this rank's file atomically (cheap: a few hundred bytes, no fsync)."""
@@ -111,7 +112,7 @@ class FaultPolicy:
                 on_hang=lambda details: run.event("hang", **details),
                 # A save or an evaluation may rightly outlast one step's budget; a stuck one is still caught.
                 phase_timeouts={p: max(10 * cfg.faults.hang_timeout_s, 600.0) for p in ("checkpoint", "eval")},
-                say=say,
+                say=say, hosts=info.hosts,
             )
         f = cfg.faults
         self.spikes = faults.SpikeDetector(f.spike_factor, f.spike_window) if f.spike_factor else None

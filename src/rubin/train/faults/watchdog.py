@@ -13,9 +13,12 @@ only updates the heartbeat in memory, so a run without a watchdog writes no hear
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import faulthandler
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -78,8 +81,13 @@ class Watchdog:
         poll_s: float | None = None,
         phase_timeouts: dict[str, float] | None = None,
         say: Callable[[str], None] | None = None,
+        hosts=None,  # hosts.Hosts: which rank runs where, to name the host of an unreachable peer
     ):
         self.heartbeat, self.timeout_s = heartbeat, float(timeout_s)
+        self.hosts = hosts
+        self.probe = _Probe(hosts.addrs.get(rank) if hosts is not None else None) if world_size > 1 else None
+        if self.probe is not None:
+            heartbeat.probe = self.probe.address
         self.run_dir, self.rank, self.world_size = Path(run_dir), rank, world_size
         self.on_hang = on_hang or (lambda details: None)
         self.say = say or (lambda line: None)  # the line is also in the report file and the hang event
@@ -101,6 +109,8 @@ class Watchdog:
         return self
 
     def stop(self) -> None:
+        if self.probe is not None:
+            self.probe.close()
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
@@ -121,26 +131,39 @@ class Watchdog:
     def fire(self, stuck_s: float) -> dict:
         hb = self.heartbeat
         time.sleep(min(1.5, self.poll_s * 2))  # let peers' watchdogs refresh their files once more
-        names, why = stalled_ranks(read_all(self.run_dir, self.world_size))
+        beats = read_all(self.run_dir, self.world_size)
+        silent = unreachable(beats, self.rank)
+        if silent:  # the network, not the program: name who does not answer, and ask for a retry
+            names = silent
+            why = f"does not answer on the network from {self._who(self.rank)} (packets dropped: a partition, or its host is down)"
+        else:
+            names, why = stalled_ranks(beats)
         details = {"rank": self.rank, "step": hb.step, "phase": hb.phase, "stuck_s": round(stuck_s, 2),
-                   "timeout_s": self.timeout_s, "stalled_ranks": names, "why": why, "report": str(self.report_path)}
+                   "timeout_s": self.timeout_s, "stalled_ranks": names, "why": why, "report": str(self.report_path),
+                   "unreachable": bool(silent)}
         self._write_report(details)
         self.fired = details
         try:
             self.on_hang(details)
         except Exception:  # noqa: BLE001 - reporting must not stop the exit
             pass
-        msg = (f"rubin: error: hang: rank(s) {', '.join(map(str, names))} stalled ({why}); this rank {self.rank} made no "
+        many_hosts = self.hosts is not None and self.hosts.count > 1
+        who = ", ".join(self._who(r) for r in names) if many_hosts else f"rank(s) {', '.join(map(str, names))}"
+        msg = (f"rubin: error: hang: {who} {'stalled (' + why + ')' if not silent else why}; this rank {self.rank} made no "
                f"progress for {stuck_s:.1f} s at step {hb.step} (phase {hb.phase}), over faults.hang_timeout_s="
-               f"{self.timeout_s:g}; stacks in {self.report_path}")
+               f"{self.timeout_s:g}; stacks in {self.report_path}" + ("; exit 75: a retry resumes from the last committed "
+                                                                       "checkpoint" if silent else ""))
         try:
             self.say(msg)
         except Exception:  # noqa: BLE001 - a closed stderr must not keep a hung rank alive
             pass
         if self.exit:
             sys.stdout.flush()
-            os._exit(int(ExitCode.FAILURE))
+            os._exit(int(ExitCode.PREEMPTED if silent else ExitCode.FAILURE))
         return details
+
+    def _who(self, rank: int) -> str:
+        return self.hosts.describe(rank) if self.hosts is not None else f"rank {rank}"
 
     def _write_report(self, details: dict) -> None:
         try:
@@ -155,3 +178,37 @@ class Watchdog:
                 os.fsync(f.fileno())
         except OSError:
             pass
+
+
+class _Probe:
+    """A listening socket whose address goes into this rank's heartbeat: when a watchdog fires, it tries each
+    peer's, which tells a peer the network cannot reach from one that is reachable but stuck. The kernel
+    completes a connection to a listening socket by itself, so nothing here has to run to answer."""
+
+    def __init__(self, addr: str | None):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("0.0.0.0", 0))
+        self.sock.listen(64)
+        self.sock.setblocking(False)
+        self.address = [addr or socket.gethostname(), self.sock.getsockname()[1]]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def unreachable(beats: dict[int, dict | None], me: int, timeout: float = 2.0) -> list[int]:
+    """The peers whose probe this host cannot connect to within TIMEOUT (dropped packets, or a host that is gone)."""
+    silent = []
+    for r, b in beats.items():
+        if r == me or not b or not b.get("probe"):
+            continue
+        host, port = b["probe"]
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+        except (socket.timeout, TimeoutError):
+            silent.append(r)
+        except OSError as err:  # refused (nothing listens: its process died), no route (its host is gone)
+            if err.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+                silent.append(r)
+    return silent
